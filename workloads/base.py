@@ -1,0 +1,81 @@
+"""What a workload is: a kind, canonical parameters, a FLOP count, inputs and a reference.
+
+A workload never knows how it is computed (that is a template's job). It knows how to make
+deterministic inputs, how to compute the right answer with NumPy, and how close a candidate's
+answer must be (a tolerance that depends on dtype and reduction length).
+"""
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import numpy as np
+
+
+class Workload(ABC):
+    """Base class. Subclasses are frozen dataclasses registered in ``workloads.REGISTRY``."""
+
+    kind: ClassVar[str]
+
+    @abstractmethod
+    def params(self) -> dict[str, Any]:
+        """Canonical parameters (JSON-serialisable); ``from_params(params())`` round-trips."""
+
+    @classmethod
+    @abstractmethod
+    def from_params(cls, params: dict[str, Any]) -> "Workload":
+        ...
+
+    @property
+    def key(self) -> str:
+        """Canonical key, e.g. ``gemm:{"K":1024,"M":1024,"N":1024,"dtype":"float32"}``."""
+        return f"{self.kind}:{json.dumps(self.params(), sort_keys=True, separators=(',', ':'))}"
+
+    @abstractmethod
+    def flops(self) -> int:
+        ...
+
+    @abstractmethod
+    def input_specs(self) -> list[tuple[tuple[int, ...], str]]:
+        """(shape, dtype) of each input array, in kernel argument order."""
+
+    @abstractmethod
+    def output_specs(self) -> list[tuple[tuple[int, ...], str]]:
+        """(shape, dtype) of each output array, written by the kernel (after the inputs)."""
+
+    @abstractmethod
+    def reference(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """The right answer, computed with NumPy (in float64 where the dtype is floating)."""
+
+    @abstractmethod
+    def check(self, inputs: list[np.ndarray], outputs: list[np.ndarray],
+              expected: list[np.ndarray]) -> str | None:
+        """None when ``outputs`` are within tolerance of ``expected``, else what is wrong."""
+
+    def make_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        """Deterministic inputs: uniform in [-1, 1] for floats, small integers otherwise."""
+        rng = np.random.default_rng(seed)
+        arrays = []
+        for shape, dtype in self.input_specs():
+            if np.issubdtype(np.dtype(dtype), np.floating):
+                arrays.append(rng.uniform(-1.0, 1.0, size=shape).astype(dtype))
+            else:
+                arrays.append(rng.integers(-8, 8, size=shape).astype(dtype))
+        return arrays
+
+    def make_outputs(self) -> list[np.ndarray]:
+        # Filled with NaN (floats) so a kernel that skips an element is caught by the check.
+        outs = []
+        for shape, dtype in self.output_specs():
+            out = np.empty(shape, dtype=dtype)
+            out.fill(np.nan if np.issubdtype(out.dtype, np.floating) else -12345)
+            outs.append(out)
+        return outs
+
+    def nbytes(self) -> int:
+        specs = self.input_specs() + self.output_specs()
+        return sum(int(np.prod(s)) * np.dtype(d).itemsize for s, d in specs)
+
+    def __str__(self) -> str:
+        return self.key

@@ -1,0 +1,145 @@
+"""GEMM: C[M, N] = A[M, K] @ B[K, N], row-major operands.
+
+Shapes are given as ``MxNxK`` (the order AutoTVM and the published ladder use: M rows of C,
+N columns of C, K the reduction). dtype float32 (default), float64 or int32 (exact check).
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from tuner.errors import UsageError
+from workloads.base import Workload
+
+DTYPES = ("float32", "float64", "int32")
+_SHAPE_RE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*[xX]\s*(\d+)\s*$")
+# Dimensions beyond this are rejected outright (indices must fit comfortably in int64 maths).
+MAX_DIM = 1 << 20
+
+
+def available_memory() -> int:
+    """Bytes of memory available to a new allocation (MemAvailable), or total RAM."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+@dataclass(frozen=True)
+class Gemm(Workload):
+    M: int
+    N: int
+    K: int
+    dtype: str = "float32"
+
+    kind: ClassVar[str] = "gemm"
+
+    def __post_init__(self) -> None:
+        for name in ("M", "N", "K"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise UsageError(f"gemm {name} must be an integer, got {v!r}")
+            if not 1 <= v <= MAX_DIM:
+                raise UsageError(f"gemm {name}={v} out of range: each dimension must be 1..{MAX_DIM}")
+        if self.dtype not in DTYPES:
+            raise UsageError(f"gemm dtype {self.dtype!r} not supported; choose one of {', '.join(DTYPES)}")
+
+    @classmethod
+    def parse(cls, shape: str, dtype: str = "float32", check_memory: bool = True) -> "Gemm":
+        """Parse ``MxNxK``; every malformed or unsatisfiable shape is a one-line UsageError."""
+        m = _SHAPE_RE.match(shape or "")
+        if not m:
+            raise UsageError(
+                f"bad GEMM shape {shape!r}: expected MxNxK with three positive integers, e.g. 1024x1024x1024"
+            )
+        M, N, K = (int(g) for g in m.groups())
+        if min(M, N, K) == 0:
+            raise UsageError(f"bad GEMM shape {shape!r}: every dimension must be at least 1")
+        w = cls(M, N, K, dtype)
+        if check_memory:
+            # Inputs, output, reference (float64) and packing buffers: about 3x the operands.
+            need = 3 * w.nbytes() + 8 * M * N
+            avail = available_memory()
+            if need > avail:
+                raise UsageError(
+                    f"GEMM shape {shape!r} needs about {need / 2**30:.1f} GiB; only "
+                    f"{avail / 2**30:.1f} GiB of memory is available"
+                )
+        return w
+
+    @property
+    def shape_str(self) -> str:
+        return f"{self.M}x{self.N}x{self.K}"
+
+    def params(self) -> dict[str, Any]:
+        return {"M": int(self.M), "N": int(self.N), "K": int(self.K), "dtype": self.dtype}
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> "Gemm":
+        try:
+            return cls(params["M"], params["N"], params["K"], params.get("dtype", "float32"))
+        except KeyError as exc:
+            raise UsageError(f"gemm parameters lack {exc}") from None
+
+    def flops(self) -> int:
+        return 2 * self.M * self.N * self.K
+
+    def input_specs(self):
+        return [((self.M, self.K), self.dtype), ((self.K, self.N), self.dtype)]
+
+    def output_specs(self):
+        return [((self.M, self.N), self.dtype)]
+
+    def reference(self, inputs):
+        a, b = inputs
+        if self.dtype == "int32":
+            return [a.astype(np.int64) @ b.astype(np.int64)]
+        return [a.astype(np.float64) @ b.astype(np.float64)]
+
+    def tolerance(self, inputs) -> np.ndarray | float:
+        """Per-element absolute tolerance: c * eps * sqrt(K) * (|A| @ |B|).
+
+        A floating-point dot product of length K has a worst-case error of about
+        K * eps * sum|a||b|; blocked and vectorised summation (and fastmath reassociation)
+        behave like a random walk, about sqrt(K) * eps * sum|a||b|. We allow 4 sqrt(K) + 16
+        units of that, which passes every correct summation order and still catches a
+        skipped block or a wrong index (errors of order |a||b|).
+        """
+        if self.dtype == "int32":
+            return 0.0
+        a, b = inputs
+        eps = np.finfo(self.dtype).eps
+        bound = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
+        return (4 * math.sqrt(self.K) + 16) * eps * bound
+
+    def check(self, inputs, outputs, expected):
+        (c,), (ref,) = outputs, expected
+        if c.shape != ref.shape:
+            return f"output shape {c.shape} != expected {ref.shape}"
+        if self.dtype == "int32":
+            bad = c.astype(np.int64) != ref
+            if bad.any():
+                i = np.unravel_index(np.argmax(bad), bad.shape)
+                return f"{int(bad.sum())} of {bad.size} elements differ; first at {tuple(map(int, i))}: got {c[i]}, expected {ref[i]}"
+            return None
+        if not np.isfinite(c).all():
+            n = int((~np.isfinite(c)).sum())
+            return f"{n} of {c.size} elements are NaN/inf (unwritten or overflow)"
+        err = np.abs(c.astype(np.float64) - ref)
+        tol = self.tolerance(inputs)
+        bad = err > tol
+        if bad.any():
+            i = np.unravel_index(np.argmax(err - tol), err.shape)
+            return (f"{int(bad.sum())} of {bad.size} elements outside tolerance; worst at "
+                    f"{tuple(map(int, i))}: got {float(c[i]):.6g}, expected {float(ref[i]):.6g}, "
+                    f"tolerance {float(np.broadcast_to(tol, err.shape)[i]):.3g}")
+        return None
