@@ -1,0 +1,38 @@
+"""What a template is: a search space over a workload plus a code generator.
+
+A template never times anything. ``codegen`` returns the full source of a Python module that
+defines ``ENTRY`` (default ``kernel``): a function taking the workload's input arrays then its
+output arrays (``kernel(A, B, C)`` for GEMM), writing the outputs in place. The source has the
+knobs baked in as literals (constant trip counts for LLVM) and is compiled by Numba with
+``cache=True`` from a content-addressed file, so a run worker loads what a build worker built.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+from search_spaces.space import Config, ConfigSpace
+from workloads.base import Workload
+
+
+class Template(ABC):
+    name: ClassVar[str]           # registry name, e.g. "gemm"
+    version: ClassVar[int]        # bump when generated code changes meaning or speed
+    workload_kind: ClassVar[str]  # the workload kind it computes
+    entry: ClassVar[str] = "kernel"
+
+    @abstractmethod
+    def space(self, workload: Workload, max_threads: int = 1) -> ConfigSpace:
+        """The knobs for this workload. Knob ``threads`` (if any) must stay <= max_threads."""
+
+    @abstractmethod
+    def default_config(self, workload: Workload, max_threads: int = 1) -> Config:
+        """A valid, reasonable config used as the fallback when nothing is tuned."""
+
+    @abstractmethod
+    def codegen(self, workload: Workload, config: Config) -> str:
+        """Readable module source defining ``self.entry``. Raises InstantiationError."""
+
+    def threads(self, config: Config) -> int:
+        """Threads the generated kernel uses (the run worker sets Numba's pool to this)."""
+        return int(config.get("threads", 1))
