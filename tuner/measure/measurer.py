@@ -1,0 +1,162 @@
+"""From configs to MeasureResults: validate, generate, build in parallel, run one at a time.
+
+Builds (Numba compiles) of a batch run concurrently in ``build_workers`` processes; runs are
+serial in one pinned run worker, so no compile competes with a timing. Generated sources are
+written to ``<cache>/kernels/<sha1 of source>.py``: content-addressed, so the same kernel is
+built once and Numba's cache (``<cache>/numba``) serves every later run.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from search_spaces.space import Config
+from tuner import settings
+from tuner.errors import InstantiationError
+from tuner.measure.pool import Worker, worker_env
+from tuner.measure.result import MeasureResult, Status
+
+
+@dataclass
+class MeasureOptions:
+    threads: int = 1              # the tuning thread budget (max threads a kernel may use)
+    warmup: int = 1
+    repeat: int = 7               # timed samples per candidate
+    min_repeat_ms: float = 40.0   # each sample lasts at least this long
+    max_time_s: float = 3.0       # timing budget per candidate (fewer samples when slow)
+    build_timeout: float = 120.0
+    run_timeout: float = 60.0
+    build_workers: int = 0        # 0: one per core
+    check: bool = True
+
+
+def write_source(source: str, cache: Path | None = None) -> Path:
+    """Store ``source`` under its content hash (atomic; existing files are left alone)."""
+    cache = cache or settings.cache_dir()
+    folder = cache / "kernels"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"k_{hashlib.sha1(source.encode()).hexdigest()[:20]}.py"
+    if not path.exists():
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(source)
+        os.replace(tmp, path)
+    return path
+
+
+class Measurer:
+    def __init__(self, options: MeasureOptions | None = None, cache: Path | None = None):
+        self.opts = options or MeasureOptions()
+        self.cache = cache or settings.cache_dir()
+        env = worker_env(self.opts.threads, self.cache)
+        n_build = self.opts.build_workers or max(1, os.cpu_count() or 1)
+        log_dir = str(self.cache / "worker-logs")
+        os.makedirs(log_dir, exist_ok=True)
+        tag = f"{os.getpid()}"
+        self._builders = [Worker(f"build{i}-{tag}", env, log_dir) for i in range(n_build)]
+        self._runner = Worker(f"run-{tag}", env, log_dir)
+
+    def close(self) -> None:
+        for w in [*self._builders, self._runner]:
+            w.kill()
+
+    def __enter__(self) -> "Measurer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- stages ------------------------------------------------------------------------
+    def _prepare(self, workload, template, config: Config):
+        """Validate and generate; returns (path, None) or (None, failed MeasureResult)."""
+        space = template.space(workload, self.opts.threads)
+        reason = space.violation(config)
+        if reason:
+            return None, MeasureResult(Status.INVALID, error=reason)
+        try:
+            source = template.codegen(workload, config)
+        except InstantiationError as exc:
+            return None, MeasureResult(Status.INVALID, error=str(exc))
+        except Exception as exc:  # noqa: BLE001 - a codegen bug is this candidate's failure
+            return None, MeasureResult(Status.COMPILE_ERROR, error=f"codegen failed: {type(exc).__name__}: {exc}")
+        return write_source(source, self.cache), None
+
+    def _build(self, worker: Worker, workload, template, path: Path) -> dict:
+        req = {"path": str(path), "entry": template.entry,
+               "arg_specs": workload.input_specs() + workload.output_specs()}
+        return worker.call("build", req, self.opts.build_timeout)
+
+    def _run(self, workload, template, config: Config, path: Path) -> dict:
+        o = self.opts
+        req = {"path": str(path), "entry": template.entry, "workload_key": workload.key,
+               "threads": template.threads(config), "warmup": o.warmup, "repeat": o.repeat,
+               "min_repeat_ms": o.min_repeat_ms, "max_time_s": o.max_time_s, "check": o.check}
+        return self._runner.call("run", req, o.run_timeout)
+
+    # -- public ------------------------------------------------------------------------
+    def measure(self, workload, template, configs: Sequence[Config]) -> list[MeasureResult]:
+        results: list[MeasureResult | None] = [None] * len(configs)
+        paths: dict[int, Path] = {}
+        for i, cfg in enumerate(configs):
+            path, failed = self._prepare(workload, template, cfg)
+            if failed:
+                results[i] = failed
+            else:
+                paths[i] = path
+
+        # Build concurrently: each builder takes the next pending index.
+        builds: dict[int, dict] = {}
+        pending = list(paths)
+        seen_paths: dict[Path, int] = {}
+
+        def build_loop(worker: Worker) -> None:
+            while pending:
+                try:
+                    i = pending.pop(0)
+                except IndexError:
+                    return
+                builds[i] = self._build(worker, workload, template, paths[i])
+
+        # Identical sources (two configs generating the same code) are built once.
+        for i in list(pending):
+            if paths[i] in seen_paths:
+                pending.remove(i)
+            else:
+                seen_paths[paths[i]] = i
+        n = min(len(self._builders), len(pending)) or 1
+        with ThreadPoolExecutor(max_workers=n) as pool:
+            list(pool.map(build_loop, self._builders[:n]))
+        for i in paths:
+            if i not in builds:
+                builds[i] = builds[seen_paths[paths[i]]]
+
+        for i in sorted(paths):
+            b = builds[i]
+            ctime = b.get("compile_time", b.get("elapsed"))
+            if b["status"] != "OK":
+                status = Status(b["status"])
+                err = b.get("error", "")
+                if status is Status.TIMEOUT:
+                    err = "build: " + err
+                results[i] = MeasureResult(status, compile_time=ctime, error=err)
+                continue
+            r = self._run(workload, template, configs[i], paths[i])
+            status = Status(r["status"])
+            err = r.get("error", "")
+            if status is Status.TIMEOUT:
+                err = "run: " + err
+            results[i] = MeasureResult(status, samples=r.get("samples", []), compile_time=ctime,
+                                       error=err, info={**r.get("info", {}), "source": paths[i].name})
+        return results  # type: ignore[return-value]
+
+    def baseline(self, workload, threads: int | None = None) -> MeasureResult:
+        """NumPy's reference implementation timed by the run worker, same procedure."""
+        o = self.opts
+        req = {"workload_key": workload.key, "threads": threads or o.threads, "warmup": o.warmup,
+               "repeat": o.repeat, "min_repeat_ms": o.min_repeat_ms, "max_time_s": o.max_time_s}
+        r = self._runner.call("baseline", req, o.run_timeout)
+        return MeasureResult(Status(r["status"]), samples=r.get("samples", []),
+                             error=r.get("error", ""), info=r.get("info", {}))

@@ -1,0 +1,194 @@
+"""Code that runs inside a worker process (never in the tuner's own process).
+
+Two jobs, each a plain function of a request dict that returns a reply dict:
+
+- ``build``: import the generated module from its content-addressed file and compile its entry
+  for the workload's argument types. Numba writes the machine code to its cache
+  (``cache=True``), so the run worker loads it instead of compiling again.
+- ``run``: import the module (Numba cache hit), call once and check the answer against the
+  NumPy reference, warm up, then time ``repeat`` samples of at least ``min_repeat_ms`` each.
+- ``baseline``: the same timing procedure for NumPy's ``A @ B`` with BLAS limited to the same
+  number of threads.
+
+Exceptions inside a job become ``{"status": ..., "error": ...}`` replies; a segfault or a
+hang kills the process, which the parent (``tuner.measure.pool``) classifies as CRASH or
+TIMEOUT.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import time
+import traceback
+from typing import Any, Callable
+
+_MODULES: dict[str, Any] = {}
+_DATA: dict[str, Any] = {}  # workload key -> (workload, inputs, expected); last one only
+_ALLOWED_CPUS: list[int] = []  # the CPUs this worker was started with
+
+
+def _load_module(path: str):
+    mod = _MODULES.get(path)
+    if mod is None:
+        name = "tuner_kernel_" + os.path.basename(path)[:-3]
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod  # Numba's cache locator needs the module registered
+        spec.loader.exec_module(mod)
+        _MODULES[path] = mod
+    return mod
+
+
+def _workload(req):
+    import workloads
+
+    key = req["workload_key"]
+    data = _DATA.get(key)
+    if data is None:
+        _DATA.clear()
+        w = workloads.from_key(key)
+        inputs = w.make_inputs(seed=req.get("seed", 0))
+        expected = w.reference(inputs) if req.get("check", True) else None
+        data = _DATA[key] = (w, inputs, expected)
+    return data
+
+
+def _short_error(exc: BaseException, limit: int = 4000) -> str:
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = tb[-1] if tb else None
+    if where:
+        text += f" (at {os.path.basename(where.filename)}:{where.lineno})"
+    return text[:limit]
+
+
+def time_callable(fn: Callable[[], Any], warmup: int, repeat: int, min_repeat_ms: float,
+                  max_time_s: float) -> tuple[list[float], int]:
+    """Seconds per call for each of ``repeat`` samples; each sample lasts >= min_repeat_ms.
+
+    One untimed-for-the-figure probe call sets ``number`` (calls per sample). When the whole
+    measurement would exceed ``max_time_s`` (a very slow candidate), fewer samples are taken,
+    at least 3, so a slow candidate costs seconds rather than minutes; every sample is kept.
+    """
+    for _ in range(max(0, warmup)):
+        fn()
+    t0 = time.perf_counter()
+    fn()
+    probe = max(time.perf_counter() - t0, 1e-9)
+    number = max(1, int(min_repeat_ms / 1000.0 / probe + 0.999))
+    per_sample = probe * number
+    repeat = max(3, min(repeat, int(max_time_s / per_sample))) if per_sample * repeat > max_time_s else repeat
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        samples.append((time.perf_counter() - t0) / number)
+    return samples, number
+
+
+def _pin(threads: int) -> None:
+    """Pin the calling thread to the first ``threads`` CPUs this process may use."""
+    try:
+        if not _ALLOWED_CPUS:
+            _ALLOWED_CPUS.extend(sorted(os.sched_getaffinity(0)))
+        os.sched_setaffinity(0, _ALLOWED_CPUS[:max(1, threads)])
+    except (AttributeError, OSError):  # pragma: no cover - non-Linux
+        pass
+
+
+def build(req: dict) -> dict:
+    import numba
+    import numpy as np
+
+    t0 = time.perf_counter()
+    try:
+        mod = _load_module(req["path"])
+        fn = getattr(mod, req.get("entry", "kernel"))
+        if isinstance(fn, numba.core.dispatcher.Dispatcher):
+            sig = tuple(numba.typeof(np.empty((1,) * len(shape), dtype=dtype))
+                        for shape, dtype in req["arg_specs"])
+            fn.compile(sig)
+    except Exception as exc:  # noqa: BLE001 - any failure of user code is a status
+        return {"status": "COMPILE_ERROR", "error": _short_error(exc),
+                "compile_time": time.perf_counter() - t0}
+    return {"status": "OK", "compile_time": time.perf_counter() - t0}
+
+
+def run(req: dict) -> dict:
+    import numba
+
+    threads = int(req.get("threads", 1))
+    _pin(threads)
+    try:
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    except ValueError as exc:
+        return {"status": "RUNTIME_ERROR", "error": f"cannot use {threads} threads: {exc}"}
+    w, inputs, expected = _workload(req)
+    try:
+        mod = _load_module(req["path"])
+        fn = getattr(mod, req.get("entry", "kernel"))
+    except Exception as exc:  # noqa: BLE001
+        return {"status": "COMPILE_ERROR", "error": _short_error(exc)}
+    outputs = w.make_outputs()
+    args = [*inputs, *outputs]
+    info: dict[str, Any] = {}
+    try:
+        fn(*args)  # first call: loads Numba's cache; its output is the one checked
+        stats = getattr(fn, "stats", None)
+        if stats is not None:
+            info["cache_hits"] = sum(stats.cache_hits.values())
+            info["cache_misses"] = sum(stats.cache_misses.values())
+        if expected is not None:
+            problem = w.check(inputs, outputs, expected)
+            if problem:
+                return {"status": "WRONG_ANSWER", "error": problem, "info": info}
+        samples, number = time_callable(lambda: fn(*args), req["warmup"], req["repeat"],
+                                        req["min_repeat_ms"], req["max_time_s"])
+    except Exception as exc:  # noqa: BLE001
+        return {"status": "RUNTIME_ERROR", "error": _short_error(exc), "info": info}
+    info["number"] = number
+    return {"status": "OK", "samples": samples, "info": info}
+
+
+def baseline(req: dict) -> dict:
+    """Time NumPy's reference implementation (``A @ B``) with BLAS limited to ``threads``."""
+    import numpy as np
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    threads = int(req.get("threads", 1))
+    _pin(threads)
+    w, inputs, _ = _workload({**req, "check": False})
+    out = w.make_outputs()[0]
+    with threadpool_limits(limits=threads, user_api="blas"):
+        samples, number = time_callable(lambda: np.matmul(*inputs, out=out), req["warmup"],
+                                        req["repeat"], req["min_repeat_ms"], req["max_time_s"])
+        blas = [{k: p.get(k) for k in ("internal_api", "version", "num_threads", "architecture")}
+                for p in threadpool_info() if p.get("user_api") == "blas"]
+    return {"status": "OK", "samples": samples, "info": {"number": number, "blas": blas}}
+
+
+JOBS = {"build": build, "run": run, "baseline": baseline, "ping": lambda req: {"status": "OK"}}
+
+
+def serve(read_fd: int, write_fd: int) -> None:
+    """Entry point of a worker process: serve (job, request) pairs until the pipe closes.
+
+    Started by ``tuner.measure.pool.Worker`` as ``python -c ...serve(r, w)`` with its
+    environment (NUMBA_NUM_THREADS, NUMBA_CACHE_DIR) already set and stdout/stderr in a log.
+    """
+    from multiprocessing.connection import Connection
+
+    requests = Connection(read_fd, writable=False)
+    replies = Connection(write_fd, readable=False)
+    while True:
+        try:
+            job, req = requests.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            reply = JOBS[job](req)
+        except Exception as exc:  # noqa: BLE001 - a bug here must still answer
+            reply = {"status": "RUNTIME_ERROR", "error": "worker: " + _short_error(exc)}
+        replies.send(reply)

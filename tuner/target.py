@@ -1,0 +1,138 @@
+"""The machine a record was measured on: CPU name, ISA features, cores, caches, versions.
+
+The target *key* identifies the hardware as LLVM sees it (CPU name + ISA feature set + core
+count). Software versions are recorded beside it, not in it: a record from another numba or
+llvmlite version still describes this CPU, and is applied with a notice (see dispatch).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Target:
+    cpu_name: str               # LLVM's name for the host CPU, e.g. "znver4"
+    features: tuple[str, ...]   # enabled ISA features (+avx512f ...), sorted
+    cores: int                  # CPUs usable by this process
+    model_name: str = ""        # /proc/cpuinfo "model name"
+    caches: dict = field(default_factory=dict)   # {"L1d": bytes, "L2": bytes, "L3": bytes}
+    versions: dict = field(default_factory=dict)  # python, numpy, numba, llvmlite, tuner
+
+    @property
+    def key(self) -> str:
+        digest = hashlib.sha1(",".join(self.features).encode()).hexdigest()[:8]
+        return f"{self.cpu_name}-{digest}-{self.cores}c"
+
+    @property
+    def simd_bits(self) -> int:
+        """Widest vector register the ISA offers (512, 256, 128)."""
+        f = set(self.features)
+        if "avx512f" in f:
+            return 512
+        if "avx2" in f or "avx" in f:
+            return 256
+        return 128
+
+    @property
+    def has_fma(self) -> bool:
+        return "fma" in self.features
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["features"] = list(self.features)
+        d["key"] = self.key
+        return d
+
+    def describe(self) -> str:
+        c = ", ".join(f"{k} {v // 1024} KiB" for k, v in self.caches.items())
+        v = ", ".join(f"{k} {val}" for k, val in self.versions.items())
+        isa = [x for x in ("avx512f", "avx512bw", "avx512vnni", "avx2", "fma") if x in self.features]
+        return "\n".join([
+            f"target key : {self.key}",
+            f"cpu        : {self.cpu_name} ({self.model_name or 'unknown model'})",
+            f"cores      : {self.cores}",
+            f"simd       : {self.simd_bits}-bit, {' '.join(isa) or 'no AVX'}",
+            f"caches     : {c or 'not readable'}",
+            f"versions   : {v}",
+            f"features   : {len(self.features)} enabled",
+        ])
+
+
+def _cache_sizes() -> dict:
+    out = {}
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    for idx in sorted(base.glob("index*")):
+        try:
+            level = (idx / "level").read_text().strip()
+            typ = (idx / "type").read_text().strip()
+            size = (idx / "size").read_text().strip()
+        except OSError:
+            continue
+        if typ == "Instruction":
+            continue
+        mult = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(size[-1:], 1)
+        num = int(size[:-1]) if size[-1:] in "KMG" else int(size)
+        out[f"L{level}{'d' if typ == 'Data' else ''}"] = num * mult
+    return out
+
+
+def _model_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def versions() -> dict:
+    import llvmlite
+    import numba
+    import numpy
+
+    import tuner
+
+    return {
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+        "numba": numba.__version__,
+        "llvmlite": llvmlite.__version__,
+        "tuner": tuner.__version__,
+    }
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+@functools.lru_cache(maxsize=1)
+def host_target() -> Target:
+    """Detect this machine (cached per process)."""
+    import llvmlite.binding as llvm
+
+    name = llvm.get_host_cpu_name()
+    feats = llvm.get_host_cpu_features()
+    enabled = tuple(sorted(k for k, on in feats.items() if on))
+    return Target(
+        cpu_name=name,
+        features=enabled,
+        cores=usable_cores(),
+        model_name=_model_name(),
+        caches=_cache_sizes(),
+        versions=versions(),
+    )
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(host_target().describe(), file=sys.stdout)
