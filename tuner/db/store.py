@@ -1,0 +1,270 @@
+"""The records store: every database call runs inside one scoped session.
+
+``Store(url)`` opens any SQLAlchemy URL (default SQLite file under ``logs/``), creates the
+tables, and checks the stored schema version. SQLite runs in WAL mode with a busy timeout so
+several tuners can write one file. Writes happen once per measured batch, not per row.
+Every ``SQLAlchemyError`` becomes a one-line ``DatabaseError``.
+"""
+from __future__ import annotations
+
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from sqlalchemy import create_engine, event, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from search_spaces.space import Config
+from tuner.db.models import (SCHEMA_VERSION, Base, Meta, RunRow, TargetRow, TrialRow,
+                             WorkloadRow, utcnow)
+from tuner.errors import DatabaseError
+from tuner.measure.result import MeasureResult, Status
+
+
+@dataclass
+class TrialRecord:
+    """What the tuner hands the store for one measured candidate."""
+
+    template: str
+    template_version: int
+    config: Config
+    threads: int
+    result: MeasureResult
+    strategy: str = ""
+
+
+@dataclass
+class Best:
+    workload_key: str
+    target_key: str
+    template: str
+    template_version: int
+    config: Config
+    threads: int
+    median: float
+    gflops: float | None
+    measurements: int            # OK rows of this config (re-measurements included)
+    trial_id: int
+    versions: dict = field(default_factory=dict)
+    created_at: str = ""
+
+    def to_dict(self) -> dict:
+        d = self.__dict__.copy()
+        d["config"] = dict(self.config)
+        return d
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA busy_timeout=60000")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
+class Store:
+    def __init__(self, url: str):
+        self.url = url
+        try:
+            parsed = make_url(url)
+        except ArgumentError:
+            raise DatabaseError(f"not a database URL: {url!r} (e.g. sqlite:///logs/tuning.db)") from None
+        kwargs: dict = {}
+        if parsed.get_backend_name() == "sqlite":
+            db = parsed.database
+            if db and db != ":memory:":
+                Path(db).parent.mkdir(parents=True, exist_ok=True)
+            kwargs["connect_args"] = {"timeout": 60}
+        try:
+            self.engine = create_engine(url, **kwargs)
+        except (SQLAlchemyError, ImportError) as exc:
+            raise DatabaseError(f"cannot open database {url!r}: {exc}") from None
+        if parsed.get_backend_name() == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._init_schema()
+
+    # -- session scope -----------------------------------------------------------------
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        s = self._sessions()
+        try:
+            yield s
+            s.commit()
+        except SQLAlchemyError as exc:
+            s.rollback()
+            msg = str(exc.orig if getattr(exc, "orig", None) is not None else exc).splitlines()[0]
+            raise DatabaseError(f"database {self.url}: {msg}") from None
+        except BaseException:
+            s.rollback()
+            raise
+        finally:
+            s.close()
+
+    def _init_schema(self) -> None:
+        with self.session() as s:
+            Base.metadata.create_all(s.connection())
+            row = s.get(Meta, "schema_version")
+            if row is None:
+                s.add(Meta(key="schema_version", value=str(SCHEMA_VERSION)))
+            elif int(row.value) > SCHEMA_VERSION:
+                raise DatabaseError(
+                    f"database {self.url} has schema version {row.value}, newer than this "
+                    f"tuner's {SCHEMA_VERSION}; upgrade tuner to read it (nothing was changed)")
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- get-or-create -----------------------------------------------------------------
+    @staticmethod
+    def _target(s: Session, target) -> TargetRow:
+        row = s.scalar(select(TargetRow).where(TargetRow.key == target.key))
+        if row is None:
+            row = TargetRow(key=target.key, cpu_name=target.cpu_name, model_name=target.model_name,
+                            cores=target.cores, features=list(target.features), caches=dict(target.caches))
+            s.add(row)
+            s.flush()
+        return row
+
+    @staticmethod
+    def _workload(s: Session, workload) -> WorkloadRow:
+        row = s.scalar(select(WorkloadRow).where(WorkloadRow.key == workload.key))
+        if row is None:
+            row = WorkloadRow(kind=workload.kind, key=workload.key, params=workload.params(),
+                              flops=int(workload.flops()))
+            s.add(row)
+            s.flush()
+        return row
+
+    # -- runs and trials ---------------------------------------------------------------
+    def start_run(self, target, command: str, strategy: str, threads: int) -> str:
+        run_id = str(uuid.uuid4())
+        with self.session() as s:
+            t = self._target(s, target)
+            s.add(RunRow(id=run_id, command=command, strategy=strategy, threads=threads,
+                         target_id=t.id, versions=dict(target.versions)))
+        return run_id
+
+    def finish_run(self, run_id: str, baseline: dict | None = None, summary: dict | None = None) -> None:
+        with self.session() as s:
+            run = s.get(RunRow, run_id)
+            if run is not None:
+                run.baseline = baseline or run.baseline
+                run.summary = summary or run.summary
+                run.finished_at = utcnow()
+
+    def add_trials(self, run_id: str | None, workload, target, records: Sequence[TrialRecord]) -> list[int]:
+        """Write one batch of measured candidates in one transaction; returns their ids."""
+        flops = workload.flops()
+        with self.session() as s:
+            w, t = self._workload(s, workload), self._target(s, target)
+            rows = []
+            for r in records:
+                st = r.result.stats()
+                rows.append(TrialRow(
+                    run_id=run_id, workload_id=w.id, target_id=t.id, template=r.template,
+                    template_version=r.template_version, config=r.config.to_json(),
+                    config_hash=r.config.hash, threads=r.threads, status=r.result.status.value,
+                    error=r.result.error[:8000], compile_time=r.result.compile_time,
+                    samples=list(r.result.samples), median=st["median"], iqr=st["iqr"],
+                    p95=st["p95"], mean=st["mean"],
+                    gflops=(flops / st["median"] / 1e9) if st["median"] else None,
+                    strategy=r.strategy, versions=dict(target.versions), info=dict(r.result.info)))
+            s.add_all(rows)
+            s.flush()
+            return [row.id for row in rows]
+
+    def _trial_query(self, workload_key: str | None = None, target_key: str | None = None,
+                     template: str | None = None, template_version: int | None = None,
+                     threads: int | None = None, status: str | None = None):
+        q = select(TrialRow).join(WorkloadRow).join(TargetRow)
+        if workload_key is not None:
+            q = q.where(WorkloadRow.key == workload_key)
+        if target_key is not None:
+            q = q.where(TargetRow.key == target_key)
+        if template is not None:
+            q = q.where(TrialRow.template == template)
+        if template_version is not None:
+            q = q.where(TrialRow.template_version == template_version)
+        if threads is not None:
+            q = q.where(TrialRow.threads == threads)
+        if status is not None:
+            q = q.where(TrialRow.status == status)
+        return q
+
+    def measured(self, workload_key: str, target_key: str, template: str, template_version: int,
+                 threads: int) -> dict[str, TrialRow]:
+        """config hash -> its first trial row, for resuming (any status counts as measured)."""
+        with self.session() as s:
+            rows = s.scalars(self._trial_query(workload_key, target_key, template,
+                                               template_version, threads).order_by(TrialRow.id)).all()
+        out: dict[str, TrialRow] = {}
+        for r in rows:
+            out.setdefault(r.config_hash, r)
+        return out
+
+    def trials(self, **filters) -> list[TrialRow]:
+        with self.session() as s:
+            q = self._trial_query(**filters).order_by(TrialRow.id)
+            rows = s.scalars(q).all()
+            for r in rows:  # load relationships before the session closes
+                _ = r.workload.key, r.target.key
+            return list(rows)
+
+    def best_many(self, workload_key: str | None = None, target_key: str | None = None,
+                  threads: int | None = None, template: str | None = None,
+                  template_version: int | None = None) -> list[Best]:
+        """Best OK config per (workload, target, threads, template, version).
+
+        A config measured several times (a final re-measurement, or several runs) is scored
+        by its slowest median: it must be fast every time, so a lucky sample cannot win.
+        """
+        rows = self.trials(workload_key=workload_key, target_key=target_key, template=template,
+                           template_version=template_version, threads=threads, status=Status.OK.value)
+        groups: dict[tuple, dict[str, list[TrialRow]]] = {}
+        for r in rows:
+            k = (r.workload.key, r.target.key, r.threads, r.template, r.template_version)
+            groups.setdefault(k, {}).setdefault(r.config_hash, []).append(r)
+        out = []
+        for (wkey, tkey, thr, tmpl, ver), by_cfg in groups.items():
+            score, cfg_rows = min(((max(x.median for x in rs), rs) for rs in by_cfg.values()),
+                                  key=lambda p: p[0])
+            first = cfg_rows[0]
+            worst = max(cfg_rows, key=lambda x: x.median)
+            out.append(Best(workload_key=wkey, target_key=tkey, template=tmpl, template_version=ver,
+                            config=Config.from_json(first.config), threads=thr, median=score,
+                            gflops=worst.gflops, measurements=len(cfg_rows), trial_id=worst.id,
+                            versions=dict(worst.versions), created_at=str(worst.created_at)))
+        out.sort(key=lambda b: (b.workload_key, b.target_key, b.threads, b.median))
+        return out
+
+    def best(self, workload_key: str, target_key: str, threads: int | None = None,
+             template: str | None = None, template_version: int | None = None) -> Best | None:
+        found = self.best_many(workload_key, target_key, threads, template, template_version)
+        return min(found, key=lambda b: b.median) if found else None
+
+    def workloads_summary(self) -> list[dict]:
+        """One row per (workload, target, threads): trial counts and best GFLOPS."""
+        rows = self.trials()
+        agg: dict[tuple, dict] = {}
+        for r in rows:
+            k = (r.workload.key, r.target.key, r.threads)
+            a = agg.setdefault(k, {"workload": k[0], "target": k[1], "threads": k[2], "trials": 0,
+                                   "ok": 0, "failed": 0, "best_gflops": None})
+            a["trials"] += 1
+            if r.status == Status.OK.value:
+                a["ok"] += 1
+                if r.gflops is not None and (a["best_gflops"] is None or r.gflops > a["best_gflops"]):
+                    a["best_gflops"] = r.gflops
+            else:
+                a["failed"] += 1
+        return list(agg.values())
+
+    def runs(self) -> list[RunRow]:
+        with self.session() as s:
+            return list(s.scalars(select(RunRow).order_by(RunRow.started_at)).all())
