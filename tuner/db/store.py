@@ -222,14 +222,23 @@ class Store:
         """Best OK config per (workload, target, threads, template, version).
 
         A config measured several times (a final re-measurement, or several runs) is scored
-        by its slowest median: it must be fast every time, so a lucky sample cannot win.
+        by its slowest median: it must be fast every time, so a lucky sample cannot win. A
+        config with any failed measurement (flaky answer, crash) is never chosen.
         """
         rows = self.trials(workload_key=workload_key, target_key=target_key, template=template,
-                           template_version=template_version, threads=threads, status=Status.OK.value)
+                           template_version=template_version, threads=threads)
         groups: dict[tuple, dict[str, list[TrialRow]]] = {}
+        failed: set[tuple] = set()  # a config that failed once (flaky, crashed) is not trusted
         for r in rows:
             k = (r.workload.key, r.target.key, r.threads, r.template, r.template_version)
+            if r.status != Status.OK.value:
+                failed.add((k, r.config_hash))
+                continue
             groups.setdefault(k, {}).setdefault(r.config_hash, []).append(r)
+        for k, by_cfg in groups.items():
+            for h in [h for h in by_cfg if (k, h) in failed]:
+                del by_cfg[h]
+        groups = {k: v for k, v in groups.items() if v}
         out = []
         for (wkey, tkey, thr, tmpl, ver), by_cfg in groups.items():
             score, cfg_rows = min(((max(x.median for x in rs), rs) for rs in by_cfg.values()),

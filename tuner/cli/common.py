@@ -1,0 +1,86 @@
+"""Argument helpers shared by commands: workload selection, database, threads, tables."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_workload_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("kind", metavar="KIND", help="workload kind (gemm)")
+    p.add_argument("--shape", help="GEMM shape MxNxK, e.g. 1024x1024x1024")
+    p.add_argument("--dtype", default="float32", help="float32 (default), float64 or int32")
+
+
+def add_db_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", help="SQLAlchemy URL of the records database "
+                                "(default: $TUNER_DB or sqlite:///logs/tuning.db)")
+
+
+def add_threads_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--threads", type=int, default=None,
+                   help="thread budget (default: all usable cores)")
+
+
+def threads_of(args) -> int:
+    from tuner.errors import UsageError
+    from tuner.target import usable_cores
+
+    n = args.threads if args.threads is not None else usable_cores()
+    if n < 1 or n > usable_cores():
+        raise UsageError(f"--threads {n}: this machine allows 1..{usable_cores()}")
+    return n
+
+
+def workload_of(args):
+    """The workload named on the command line; every bad input is a one-line UsageError."""
+    import workloads
+    from tuner.errors import UsageError
+
+    cls = workloads.workload_class(args.kind)
+    if args.kind == "gemm":
+        if not args.shape:
+            raise UsageError("gemm needs --shape MxNxK, e.g. --shape 1024x1024x1024")
+        return cls.parse(args.shape, args.dtype)
+    raise UsageError(f"workload kind {args.kind!r} cannot be given on the command line yet")
+
+
+def open_store(args):
+    from tuner.dispatch import open_store as _open
+
+    return _open(getattr(args, "db", None))
+
+
+def print_json(obj) -> None:
+    json.dump(obj, sys.stdout, indent=2, sort_keys=True, default=str)
+    sys.stdout.write("\n")
+
+
+def print_table(rows: list[dict], columns: list[str]) -> None:
+    if not rows:
+        print("(no rows)")
+        return
+    cells = [[_fmt(r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
+    print("  ".join("-" * w for w in widths))
+    for row in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths)))
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def fmt_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds >= 1:
+        return f"{seconds:.3f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds * 1e6:.1f} us"

@@ -1,0 +1,51 @@
+"""``python -m tuner show gemm --shape S [--config JSON | --best]``: print generated source."""
+from __future__ import annotations
+
+from tuner.cli.common import (add_db_arg, add_threads_arg, add_workload_args, open_store,
+                              threads_of, workload_of)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("show", help="print the generated kernel source for a config (or the space)")
+    add_workload_args(p)
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--config", help="config as JSON (default: the template's default config)")
+    g.add_argument("--best", action="store_true", help="the best recorded config for this target")
+    g.add_argument("--space", action="store_true", help="list the knobs and the space size instead")
+    p.add_argument("--template", default=None)
+    add_threads_arg(p)
+    add_db_arg(p)
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    from search_spaces import get_template, templates_for
+    from search_spaces.space import Config
+
+    workload = workload_of(args)
+    threads = threads_of(args)
+    template = get_template(args.template or templates_for(workload.kind)[0])
+    space = template.space(workload, threads)
+    if args.space:
+        print(f"# {template.name} v{template.version} for {workload}, {threads} thread(s)")
+        for k in space.knobs:
+            kind = "ordinal" if k.ordinal else "categorical"
+            print(f"{k.name:14s} {kind:11s} {list(k.values)}")
+        for c in space.constraints:
+            print(f"constraint: {c.name}")
+        n = space.count_valid()
+        print(f"points: {space.size}" + (f", valid: {n}" if n is not None else ""))
+        return 0
+    if args.best:
+        from tuner.dispatch import select_config
+
+        sel = select_config(workload, template, open_store(args), threads=threads)
+        config = sel.config
+        print(f"# {sel.source} config: {config.to_json()}")
+    elif args.config:
+        config = space.validate(Config.from_json(args.config))
+    else:
+        config = template.default_config(workload, threads)
+        print(f"# default config: {config.to_json()}")
+    print(template.codegen(workload, config))
+    return 0

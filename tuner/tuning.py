@@ -1,0 +1,176 @@
+"""The tuner loop: budget, resume, measurement, records, progress, final re-measurement.
+
+``tune()`` owns everything around the strategy: it resumes from the database (configs
+already measured for this workload, target, template version and thread budget are told to
+the strategy and never measured again; they count toward ``trials``), asks for batches,
+measures them in worker processes, writes each batch to the store in one transaction, shows
+progress, stops on budget / timeout / exhaustion / early stopping, re-measures the top few
+configs (a lucky sample cannot become best), and measures NumPy in the same run for the ratio.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from search_spaces.space import Config
+from tuner.db.store import Best, Store, TrialRecord
+from tuner.measure.measurer import MeasureOptions, Measurer
+from tuner.measure.result import MeasureResult, Status, summarize
+from tuner.search import make_strategy
+
+
+@dataclass
+class TuneOptions:
+    strategy: str = "model"
+    trials: int = 64              # total measured configs for this workload (resumed included)
+    timeout: float | None = None  # seconds of wall time for the search (then finish cleanly)
+    seed: int = 0
+    threads: int = 1
+    batch_size: int = 8
+    early_stopping: int | None = None  # stop after this many trials without a new best
+    remeasure_top: int = 3
+    progress: bool = True
+    command: str = ""
+
+
+@dataclass
+class TuneSummary:
+    run_id: str
+    workload_key: str
+    target_key: str
+    threads: int
+    measured: int                 # new measurements in this run
+    resumed: int                  # taken from the database
+    statuses: Counter = field(default_factory=Counter)
+    best: Best | None = None
+    baseline: MeasureResult | None = None
+    wall_time: float = 0.0
+    stop_reason: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        """NumPy time / tuned time (> 1 means faster than NumPy)."""
+        if self.best is None or self.baseline is None or not self.baseline.samples:
+            return None
+        return self.baseline.median / self.best.median
+
+
+class _Progress:
+    def __init__(self, total: int, initial: int, enabled: bool, desc: str):
+        self.bar = None
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=initial, desc=desc, unit="trial",
+                            file=sys.stderr, dynamic_ncols=True, leave=True)
+
+    def update(self, n: int, failures: int, best_gflops: float | None) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(
+                f"fail={failures} best={best_gflops:.1f} GFLOPS" if best_gflops else f"fail={failures}")
+            self.bar.update(n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def tune(workload, template, store: Store, target, opts: TuneOptions,
+         measure_opts: MeasureOptions | None = None, measurer: Measurer | None = None) -> TuneSummary:
+    t_start = time.perf_counter()
+    mopts = measure_opts or MeasureOptions(threads=opts.threads)
+    mopts.threads = opts.threads
+    space = template.space(workload, opts.threads)
+    strategy = make_strategy(opts.strategy, space, seed=opts.seed)
+    run_id = store.start_run(target, opts.command, opts.strategy, opts.threads)
+    flops = workload.flops()
+
+    # Resume: tell the strategy what the database already knows.
+    previous = store.measured(workload.key, target.key, template.name, template.version, opts.threads)
+    prev_cfgs, prev_results = [], []
+    for row in previous.values():
+        prev_cfgs.append(Config.from_json(row.config))
+        prev_results.append(MeasureResult(Status(row.status), samples=list(row.samples)))
+    if prev_cfgs:
+        strategy.tell(prev_cfgs, prev_results)
+
+    summary = TuneSummary(run_id=run_id, workload_key=workload.key, target_key=target.key,
+                          threads=opts.threads, measured=0, resumed=len(prev_cfgs))
+    best_time = min((r.median for r in prev_results if r.ok), default=None)
+    since_best = 0
+    progress = _Progress(opts.trials, min(len(prev_cfgs), opts.trials), opts.progress,
+                         f"tune {workload.kind} {getattr(workload, 'shape_str', '')}".strip())
+    own = measurer is None
+    measurer = measurer or Measurer(mopts)
+    try:
+        while True:
+            remaining = opts.trials - summary.resumed - summary.measured
+            if remaining <= 0:
+                summary.stop_reason = "budget"
+                break
+            if opts.timeout is not None and time.perf_counter() - t_start > opts.timeout:
+                summary.stop_reason = "timeout"
+                break
+            if opts.early_stopping and since_best >= opts.early_stopping:
+                summary.stop_reason = "early stopping"
+                break
+            configs = strategy.ask(min(opts.batch_size, remaining))
+            if not configs:
+                summary.stop_reason = "space exhausted"
+                break
+            results = measurer.measure(workload, template, configs)
+            store.add_trials(run_id, workload, target, [
+                TrialRecord(template.name, template.version, c, opts.threads, r, strategy.name)
+                for c, r in zip(configs, results)])
+            strategy.tell(configs, results)
+            summary.measured += len(configs)
+            for r in results:
+                summary.statuses[r.status.value] += 1
+                if r.ok and (best_time is None or r.median < best_time):
+                    best_time, since_best = r.median, 0
+                else:
+                    since_best += 1
+            failures = sum(v for k, v in summary.statuses.items() if k != "OK")
+            progress.update(len(configs), failures, flops / best_time / 1e9 if best_time else None)
+        progress.close()
+
+        _remeasure_top(store, measurer, workload, template, target, opts, run_id)
+        summary.baseline = measurer.baseline(workload, opts.threads)
+    finally:
+        progress.close()
+        if own:
+            measurer.close()
+    summary.best = store.best(workload.key, target.key, opts.threads, template.name, template.version)
+    summary.wall_time = time.perf_counter() - t_start
+    base = summary.baseline
+    store.finish_run(
+        run_id,
+        baseline={"impl": "numpy.matmul", **summarize(base.samples), "samples": base.samples,
+                  "info": base.info} if base is not None else {},
+        summary={"measured": summary.measured, "resumed": summary.resumed,
+                 "statuses": dict(summary.statuses), "stop_reason": summary.stop_reason,
+                 "wall_time": summary.wall_time, "ratio_vs_numpy": summary.ratio,
+                 "best_median": summary.best.median if summary.best else None})
+    return summary
+
+
+def _remeasure_top(store: Store, measurer: Measurer, workload, template, target,
+                   opts: TuneOptions, run_id: str) -> None:
+    """Measure the top configs again; ``Store.best`` scores a config by its slowest median."""
+    if opts.remeasure_top <= 0:
+        return
+    rows = store.trials(workload_key=workload.key, target_key=target.key, template=template.name,
+                        template_version=template.version, threads=opts.threads, status="OK")
+    by_cfg: dict[str, list] = {}
+    for r in rows:
+        by_cfg.setdefault(r.config_hash, []).append(r)
+    ranked = sorted(by_cfg.values(), key=lambda rs: max(x.median for x in rs))
+    top = [Config.from_json(rs[0].config) for rs in ranked[:opts.remeasure_top]]
+    if not top:
+        return
+    results = measurer.measure(workload, template, top)
+    store.add_trials(run_id, workload, target, [
+        TrialRecord(template.name, template.version, c, opts.threads, r, "remeasure")
+        for c, r in zip(top, results)])
