@@ -1,0 +1,63 @@
+"""Shared fixtures: an isolated kernel cache for the whole session, a fresh database per test,
+and the small test templates registered under their names."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # fault_templates
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_cache(tmp_path_factory):
+    """Generated kernels and Numba's cache go to a temporary folder shared by all tests."""
+    cache = tmp_path_factory.mktemp("tuner-cache")
+    old = os.environ.get("TUNER_CACHE")
+    os.environ["TUNER_CACHE"] = str(cache)
+    yield cache
+    if old is None:
+        os.environ.pop("TUNER_CACHE", None)
+    else:
+        os.environ["TUNER_CACHE"] = old
+
+
+@pytest.fixture
+def db_url(tmp_path, monkeypatch) -> str:
+    url = f"sqlite:///{tmp_path / 'tuning.db'}"
+    monkeypatch.setenv("TUNER_DB", url)
+    return url
+
+
+@pytest.fixture
+def store(db_url):
+    from tuner.db.store import Store
+
+    s = Store(db_url)
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="session")
+def templates():
+    from fault_templates import FaultGemm, NaiveGemm
+
+    from search_spaces import register_template
+
+    naive, fault = NaiveGemm(), FaultGemm()
+    register_template(naive.name, naive)
+    register_template(fault.name, fault)
+    return {"naive": naive, "fault": fault}
+
+
+@pytest.fixture(scope="session")
+def measurer():
+    """One pair of worker pools for the session (Numba import costs ~1 s per worker)."""
+    from tuner.measure.measurer import MeasureOptions, Measurer
+
+    m = Measurer(MeasureOptions(threads=1, repeat=3, min_repeat_ms=2, max_time_s=1,
+                                run_timeout=8, build_timeout=60, build_workers=2))
+    yield m
+    m.close()

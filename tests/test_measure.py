@@ -1,0 +1,64 @@
+"""Every failure kind is injected, classified with its evidence, and survived."""
+from search_spaces.space import Config
+from tuner.measure.result import Status, summarize
+from workloads.gemm import Gemm
+
+EXPECTED = {
+    "none": Status.OK,
+    "compile": Status.COMPILE_ERROR,   # Numba typing error
+    "syntax": Status.COMPILE_ERROR,    # the module does not even parse
+    "raises": Status.RUNTIME_ERROR,
+    "segfault": Status.CRASH,
+    "hang": Status.TIMEOUT,
+    "wrong": Status.WRONG_ANSWER,
+    "unwritten": Status.WRONG_ANSWER,  # C is NaN-filled: skipped elements are caught
+    "invalid": Status.INVALID,         # rejected by a constraint, never compiled
+}
+
+
+def test_every_status_is_classified_and_the_run_continues(templates, measurer):
+    w = Gemm.parse("24x16x8")
+    faults = list(EXPECTED)
+    # Faults first and the good kernel last: the workers must survive (or be restarted).
+    order = [f for f in faults if f != "none"] + ["none"]
+    results = measurer.measure(w, templates["fault"], [Config({"fault": f}) for f in order])
+    got = {f: r for f, r in zip(order, results)}
+    for fault, status in EXPECTED.items():
+        assert got[fault].status is status, (fault, got[fault].status, got[fault].error)
+    assert "undefined_name" in got["compile"].error
+    assert "SyntaxError" in got["syntax"].error
+    assert "kernel refuses" in got["raises"].error
+    assert "SIGSEGV" in got["segfault"].error
+    assert got["hang"].error.startswith("run:") and "did not finish" in got["hang"].error
+    assert "outside tolerance" in got["wrong"].error
+    assert "NaN" in got["unwritten"].error
+    ok = got["none"]
+    assert ok.ok and len(ok.samples) == 3 and ok.compile_time > 0
+    assert ok.info["cache_hits"] >= 1 and ok.info["cache_misses"] == 0  # run worker did not recompile
+
+
+def test_build_timeout_is_classified():
+    from fault_templates import FaultGemm
+
+    from tuner.measure.measurer import MeasureOptions, Measurer
+
+    w = Gemm.parse("8x8x8")
+    with Measurer(MeasureOptions(build_timeout=3, build_workers=1)) as m:
+        slow, good = m.measure(w, FaultGemm(["slowbuild", "none"]), [Config({"fault": "slowbuild"}),
+                                                      Config({"fault": "none"})])
+    assert slow.status is Status.TIMEOUT and slow.error.startswith("build:")
+    assert good.ok  # the killed build worker was replaced
+
+
+def test_baseline_measures_numpy(measurer):
+    r = measurer.baseline(Gemm.parse("64x64x64"), threads=1)
+    assert r.ok and len(r.samples) >= 3 and all(s > 0 for s in r.samples)
+    assert r.info["number"] >= 1
+
+
+def test_summary_statistics():
+    s = summarize([4.0, 1.0, 3.0, 2.0, 100.0])
+    assert s["median"] == 3.0 and s["min"] == 1.0 and s["max"] == 100.0
+    assert s["iqr"] == 2.0  # p75 4.0 - p25 2.0
+    assert 4.0 < s["p95"] <= 100.0
+    assert summarize([])["median"] is None

@@ -1,0 +1,54 @@
+"""The tuner loop on small spaces: all strategies, resume, failures survived, re-measurement."""
+import pytest
+
+from tuner.target import host_target
+from tuner.tuning import TuneOptions, tune
+from workloads.gemm import Gemm
+
+
+@pytest.mark.parametrize("strategy", ["random", "grid", "tpe", "model"])
+def test_each_strategy_tunes_and_records(strategy, templates, store, measurer):
+    w = Gemm.parse("32x24x16")
+    s = tune(w, templates["naive"], store, host_target(),
+             TuneOptions(strategy=strategy, trials=3, threads=1, batch_size=2, progress=False),
+             measurer=measurer)
+    assert s.measured == 3 and s.statuses["OK"] == 3
+    assert s.best is not None and s.best.median > 0
+    assert s.baseline.ok and s.ratio > 0
+    # every trial was written, plus the re-measurements of the top configs
+    rows = store.trials(workload_key=w.key)
+    assert len([r for r in rows if r.strategy == strategy]) == 3
+    assert len([r for r in rows if r.strategy == "remeasure"]) == 3
+
+
+def test_failures_do_not_stop_tuning_and_never_win(templates, store, measurer):
+    w = Gemm.parse("16x16x16")
+    s = tune(w, templates["fault"], store, host_target(),
+             TuneOptions(strategy="grid", trials=20, threads=1, progress=False), measurer=measurer)
+    # 9 knob values; one is rejected by a constraint and never proposed
+    assert s.stop_reason == "space exhausted"
+    assert s.statuses["OK"] == 1
+    assert s.statuses == {"OK": 1, "COMPILE_ERROR": 2, "RUNTIME_ERROR": 1, "CRASH": 1,
+                          "TIMEOUT": 1, "WRONG_ANSWER": 2}
+    assert s.best.config["fault"] == "none"
+
+
+def test_resume_measures_nothing_twice(templates, store, measurer):
+    w = Gemm.parse("40x8x8")
+    opts = TuneOptions(strategy="random", trials=3, threads=1, progress=False, remeasure_top=0)
+    first = tune(w, templates["naive"], store, host_target(), opts, measurer=measurer)
+    assert first.measured == 3
+    again = tune(w, templates["naive"], store, host_target(), opts, measurer=measurer)
+    assert again.resumed == 3 and again.measured == 0 and again.stop_reason == "budget"
+    opts.trials = 4  # the whole space: exactly the one unmeasured config is measured
+    more = tune(w, templates["naive"], store, host_target(), opts, measurer=measurer)
+    assert more.resumed == 3 and more.measured == 1
+    hashes = [r.config_hash for r in store.trials(workload_key=w.key)]
+    assert len(hashes) == len(set(hashes)) == 4
+
+
+def test_timeout_and_early_stopping(templates, store, measurer):
+    w = Gemm.parse("8x40x8")
+    s = tune(w, templates["naive"], store, host_target(),
+             TuneOptions(strategy="grid", trials=4, timeout=0.0, progress=False), measurer=measurer)
+    assert s.stop_reason == "timeout" and s.measured == 0 and s.best is None
