@@ -1,0 +1,103 @@
+"""The command line as a user runs it: one line and exit code 2 for bad input, real runs."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def tuner(*args, env=None, timeout=600):
+    e = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "tuner", *args], capture_output=True, text=True,
+                          timeout=timeout, env=e)
+
+
+def assert_one_line_error(p):
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), p.stderr
+    assert "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["tune", "gemm", "--shape", "1024x"],
+    ["tune", "gemm", "--shape", "0x5x5"],
+    ["tune", "gemm", "--shape", "axbxc"],
+    ["tune", "gemm", "--shape", "-3x4x5"],
+    ["tune", "gemm", "--shape", "300000x300000x300000"],
+    ["tune", "gemm"],
+    ["tune", "conv9d", "--shape", "2x2x2"],
+    ["tune", "gemm", "--shape", "8x8x8", "--strategy", "genetic"],
+    ["tune", "gemm", "--shape", "8x8x8", "--trials", "0"],
+    ["tune", "gemm", "--shape", "8x8x8", "--threads", "64"],
+    ["tune", "gemm", "--shape", "8x8x8", "--dtype", "float16"],
+    ["show", "gemm", "--shape", "8x8x8", "--config", "{not json"],
+    ["show", "gemm", "--shape", "8x8x8", "--config", '{"tile_m": 3}'],
+    ["db", "best", "--db", "nonsense://"],
+    ["db", "import", "/nonexistent/file.jsonl"],
+    ["tune", "gemm", "--shape", "8x8x8", "--bogus-flag"],
+])
+def test_bad_input_is_one_line_and_exit_2(args, db_url):
+    assert_one_line_error(tuner(*args))
+
+
+def test_target_json():
+    p = tuner("target", "--json")
+    assert p.returncode == 0
+    t = json.loads(p.stdout)
+    assert t["key"] and t["cores"] >= 1 and "numba" in t["versions"]
+
+
+def test_show_prints_readable_source_and_space():
+    p = tuner("show", "gemm", "--shape", "64x48x32")
+    assert p.returncode == 0, p.stderr
+    assert "def kernel(A, B, C)" in p.stdout
+    p = tuner("show", "gemm", "--shape", "64x48x32", "--space")
+    assert p.returncode == 0 and "tile_m" in p.stdout and "points:" in p.stdout
+
+
+def test_tune_then_best_then_run_then_fallback(db_url, tmp_path):
+    """The main job, end to end, on a small shape and budget."""
+    p = tuner("tune", "gemm", "--shape", "96x80x64", "--trials", "4", "--batch-size", "2",
+              "--threads", "1", "--repeat", "3", "--min-repeat-ms", "5", "--strategy", "random",
+              "--no-progress", "--db", db_url)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "ratio" in p.stdout and "x NumPy" in p.stdout and "GFLOPS" in p.stdout
+
+    p = tuner("db", "best", "--json", "--db", db_url)
+    (best,) = json.loads(p.stdout)
+    assert best["workload_key"].startswith("gemm:")
+    assert best["threads"] == 1 and best["versions"]["numba"] and best["target_key"]
+
+    p = tuner("db", "history", "--db", db_url, "--workload", "96x80x64")
+    assert p.returncode == 0 and "remeasure" in p.stdout
+
+    p = tuner("run", "gemm", "--shape", "96x80x64", "--threads", "1", "--json", "--db", db_url,
+              "--repeat", "3", "--min-repeat-ms", "5")
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    assert r["config_source"] == "tuned" and r["config"] == best["config"] and r["gflops"] > 0
+    assert "no tuned config" not in p.stderr
+
+    # An untuned shape: a visible fallback naming workload, target and the tune command.
+    p = tuner("run", "gemm", "--shape", "40x40x40", "--threads", "1", "--db", db_url,
+              "--repeat", "3", "--min-repeat-ms", "5")
+    assert p.returncode == 0, p.stderr
+    assert "no tuned config" in p.stderr and "python -m tuner tune gemm --shape 40x40x40" in p.stderr
+    p = tuner("run", "gemm", "--shape", "40x40x40", "--threads", "1", "--db", db_url, "--strict")
+    assert_one_line_error(p)
+
+    # Export, then import into a fresh database: same best.
+    out = tmp_path / "trials.jsonl"
+    assert tuner("db", "export", "-o", str(out), "--db", db_url).returncode == 0
+    fresh = f"sqlite:///{tmp_path / 'fresh.db'}"
+    p = tuner("db", "import", str(out), "--db", fresh)
+    assert p.returncode == 0 and "imported" in p.stdout
+    p = tuner("db", "best", "--json", "--db", fresh)
+    assert json.loads(p.stdout)[0]["config"] == best["config"]
+
+    # A truncated import file: one line, exit 2, nothing changed.
+    out.write_text(out.read_text()[:-30])
+    p = tuner("db", "import", str(out), "--db", fresh)
+    assert_one_line_error(p)

@@ -1,0 +1,75 @@
+"""Dispatch: tuned records are used, a missing one falls back loudly, other targets never apply."""
+import dataclasses
+
+import pytest
+
+from search_spaces.space import Config
+from tuner import dispatch
+from tuner.db.store import TrialRecord
+from tuner.errors import NoRecordError
+from tuner.measure.result import MeasureResult, Status
+from tuner.target import host_target
+from workloads.gemm import Gemm
+
+
+@pytest.fixture(autouse=True)
+def _fresh_warnings():
+    dispatch._WARNED.clear()
+
+
+def record(store, w, target, cfg, median=1e-3, template_version=1):
+    run = store.start_run(target, "test", "random", 1)
+    store.add_trials(run, w, target, [TrialRecord("naive_gemm", template_version, Config(cfg), 1,
+                                                  MeasureResult(Status.OK, [median] * 3))])
+
+
+def test_fallback_warns_once_with_the_tune_command(templates, store, capsys):
+    w = Gemm.parse("12x34x56")
+    for _ in range(3):
+        sel = dispatch.select_config(w, templates["naive"], store, threads=1)
+        assert sel.source == "fallback" and sel.config == templates["naive"].default_config(w)
+    err = capsys.readouterr().err
+    assert err.count("no tuned config") == 1
+    assert w.key in err and host_target().key in err
+    assert "python -m tuner tune gemm --shape 12x34x56 --dtype float32 --threads 1" in err
+    assert "may be slow" in err
+
+
+def test_strict_mode_refuses_the_fallback(templates, store):
+    with pytest.raises(NoRecordError, match="tune it with"):
+        dispatch.select_config(Gemm.parse("3x3x3"), templates["naive"], store, threads=1, strict=True)
+
+
+def test_tuned_record_is_used(templates, store, capsys):
+    w, t = Gemm.parse("8x8x8"), host_target()
+    record(store, w, t, {"unroll": 4})
+    sel = dispatch.select_config(w, templates["naive"], store, t, threads=1)
+    assert sel.source == "tuned" and sel.config == Config({"unroll": 4})
+    assert capsys.readouterr().err == ""
+
+
+def test_other_targets_records_are_not_applied(templates, store, capsys):
+    w, t = Gemm.parse("8x8x16"), host_target()
+    other = dataclasses.replace(t, cpu_name="skylake-avx512")
+    record(store, w, other, {"unroll": 8})
+    sel = dispatch.select_config(w, templates["naive"], store, t, threads=1)
+    assert sel.source == "fallback"
+    err = capsys.readouterr().err
+    assert other.key in err and "not applied here" in err
+
+
+def test_version_drift_is_announced_or_refused(templates, store, capsys):
+    w, t = Gemm.parse("8x16x8"), host_target()
+    old = dataclasses.replace(t, versions={**t.versions, "numba": "0.1.0"})
+    record(store, w, old, {"unroll": 2})
+    sel = dispatch.select_config(w, templates["naive"], store, t, threads=1)
+    assert sel.source == "tuned" and sel.config == Config({"unroll": 2})
+    assert "numba 0.1.0 ->" in capsys.readouterr().err
+    with pytest.raises(NoRecordError, match="refused under --strict"):
+        dispatch.select_config(w, templates["naive"], store, t, threads=1, strict=True)
+
+
+def test_old_template_version_is_not_applied(templates, store):
+    w, t = Gemm.parse("16x8x8"), host_target()
+    record(store, w, t, {"unroll": 2}, template_version=0)
+    assert dispatch.select_config(w, templates["naive"], store, t, threads=1, quiet=True).source == "fallback"
