@@ -31,6 +31,7 @@ class TuneOptions:
     batch_size: int = 8
     early_stopping: int | None = None  # stop after this many trials without a new best
     remeasure_top: int = 3
+    cutoff_factor: float | None = 10.0  # one sample only for candidates this much slower than the best
     progress: bool = True
     command: str = ""
 
@@ -120,7 +121,8 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
             if not configs:
                 summary.stop_reason = "space exhausted"
                 break
-            results = measurer.measure(workload, template, configs)
+            cutoff = best_time * opts.cutoff_factor if best_time and opts.cutoff_factor else None
+            results = measurer.measure(workload, template, configs, cutoff_s=cutoff)
             store.add_trials(run_id, workload, target, [
                 TrialRecord(template.name, template.version, c, opts.threads, r, strategy.name)
                 for c, r in zip(configs, results)])

@@ -89,15 +89,19 @@ class Measurer:
                "arg_specs": workload.input_specs() + workload.output_specs()}
         return worker.call("build", req, self.opts.build_timeout)
 
-    def _run(self, workload, template, config: Config, path: Path) -> dict:
+    def _run(self, workload, template, config: Config, path: Path, cutoff_s: float | None) -> dict:
         o = self.opts
         req = {"path": str(path), "entry": template.entry, "workload_key": workload.key,
                "threads": template.threads(config), "warmup": o.warmup, "repeat": o.repeat,
-               "min_repeat_ms": o.min_repeat_ms, "max_time_s": o.max_time_s, "check": o.check}
+               "min_repeat_ms": o.min_repeat_ms, "max_time_s": o.max_time_s, "check": o.check,
+               "cutoff_s": cutoff_s}
         return self._runner.call("run", req, o.run_timeout)
 
     # -- public ------------------------------------------------------------------------
-    def measure(self, workload, template, configs: Sequence[Config]) -> list[MeasureResult]:
+    def measure(self, workload, template, configs: Sequence[Config],
+                cutoff_s: float | None = None) -> list[MeasureResult]:
+        """One result per config, in order. ``cutoff_s``: a candidate whose first timed call
+        is slower than this is recorded with that one sample (``info["cut_short"]``)."""
         results: list[MeasureResult | None] = [None] * len(configs)
         paths: dict[int, Path] = {}
         for i, cfg in enumerate(configs):
@@ -143,7 +147,7 @@ class Measurer:
                     err = "build: " + err
                 results[i] = MeasureResult(status, compile_time=ctime, error=err)
                 continue
-            r = self._run(workload, template, configs[i], paths[i])
+            r = self._run(workload, template, configs[i], paths[i], cutoff_s)
             status = Status(r["status"])
             err = r.get("error", "")
             if status is Status.TIMEOUT:

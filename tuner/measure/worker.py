@@ -64,28 +64,35 @@ def _short_error(exc: BaseException, limit: int = 4000) -> str:
 
 
 def time_callable(fn: Callable[[], Any], warmup: int, repeat: int, min_repeat_ms: float,
-                  max_time_s: float) -> tuple[list[float], int]:
-    """Seconds per call for each of ``repeat`` samples; each sample lasts >= min_repeat_ms.
+                  max_time_s: float, cutoff_s: float | None = None) -> tuple[list[float], dict]:
+    """Seconds per call for each of up to ``repeat`` samples of at least ``min_repeat_ms``.
 
-    One untimed-for-the-figure probe call sets ``number`` (calls per sample). When the whole
-    measurement would exceed ``max_time_s`` (a very slow candidate), fewer samples are taken,
-    at least 3, so a slow candidate costs seconds rather than minutes; every sample is kept.
+    The first timed call (the probe) also warms up and sets ``number``, the calls per sample.
+    Further warm-up calls are made only while they are cheap. When the whole measurement would
+    exceed ``max_time_s`` (a slow candidate) fewer samples are taken, at least 3. When the
+    probe alone is slower than ``cutoff_s`` (the tuner passes a multiple of the best time so
+    far) the probe is the only sample: a hopeless candidate costs one call, and says so.
     """
-    for _ in range(max(0, warmup)):
-        fn()
     t0 = time.perf_counter()
     fn()
     probe = max(time.perf_counter() - t0, 1e-9)
+    if cutoff_s is not None and probe > cutoff_s:
+        return [probe], {"number": 1, "cut_short": True}
+    for _ in range(max(0, warmup)):
+        if probe > 0.1 * max_time_s:
+            break
+        fn()
     number = max(1, int(min_repeat_ms / 1000.0 / probe + 0.999))
     per_sample = probe * number
-    repeat = max(3, min(repeat, int(max_time_s / per_sample))) if per_sample * repeat > max_time_s else repeat
+    if per_sample * repeat > max_time_s:
+        repeat = max(3, min(repeat, int(max_time_s / per_sample)))
     samples = []
     for _ in range(repeat):
         t0 = time.perf_counter()
         for _ in range(number):
             fn()
         samples.append((time.perf_counter() - t0) / number)
-    return samples, number
+    return samples, {"number": number}
 
 
 def _pin(threads: int) -> None:
@@ -144,12 +151,11 @@ def run(req: dict) -> dict:
             problem = w.check(inputs, outputs, expected)
             if problem:
                 return {"status": "WRONG_ANSWER", "error": problem, "info": info}
-        samples, number = time_callable(lambda: fn(*args), req["warmup"], req["repeat"],
-                                        req["min_repeat_ms"], req["max_time_s"])
+        samples, timing = time_callable(lambda: fn(*args), req["warmup"], req["repeat"],
+                                        req["min_repeat_ms"], req["max_time_s"], req.get("cutoff_s"))
     except Exception as exc:  # noqa: BLE001
         return {"status": "RUNTIME_ERROR", "error": _short_error(exc), "info": info}
-    info["number"] = number
-    return {"status": "OK", "samples": samples, "info": info}
+    return {"status": "OK", "samples": samples, "info": {**info, **timing}}
 
 
 def baseline(req: dict) -> dict:
@@ -162,11 +168,11 @@ def baseline(req: dict) -> dict:
     w, inputs, _ = _workload({**req, "check": False})
     out = w.make_outputs()[0]
     with threadpool_limits(limits=threads, user_api="blas"):
-        samples, number = time_callable(lambda: np.matmul(*inputs, out=out), req["warmup"],
+        samples, timing = time_callable(lambda: np.matmul(*inputs, out=out), req["warmup"],
                                         req["repeat"], req["min_repeat_ms"], req["max_time_s"])
         blas = [{k: p.get(k) for k in ("internal_api", "version", "num_threads", "architecture")}
                 for p in threadpool_info() if p.get("user_api") == "blas"]
-    return {"status": "OK", "samples": samples, "info": {"number": number, "blas": blas}}
+    return {"status": "OK", "samples": samples, "info": {**timing, "blas": blas}}
 
 
 JOBS = {"build": build, "run": run, "baseline": baseline, "ping": lambda req: {"status": "OK"}}

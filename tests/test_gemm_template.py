@@ -1,0 +1,159 @@
+"""GEMM template: the space is well formed and generated kernels compute C = A @ B.
+
+Each case compiles one generated module with Numba (~1 s), so the shapes are small and the
+configs few; edge handling (odd sizes, partial tiles), every dtype, every micro-kernel
+formulation, packing on/off, parallel and the ladder steps are each covered at least once.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import random
+import sys
+
+import numpy as np
+import pytest
+
+from search_spaces import get_template
+from search_spaces.gemm import GemmTemplate
+from search_spaces.space import Config
+from tuner.errors import InstantiationError
+from workloads.gemm import Gemm
+
+
+@pytest.fixture(scope="module")
+def build_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("gemm_kernels")
+
+
+def _load(src: str, build_dir):
+    name = "gemm_test_" + hashlib.sha1(src.encode()).hexdigest()[:16]
+    path = build_dir / f"{name}.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # Numba's cache locates the module by name
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _run(w: Gemm, cfg: Config, build_dir) -> str | None:
+    t = GemmTemplate()
+    mod = _load(t.codegen(w, cfg), build_dir)
+    ins = w.make_inputs(seed=1)
+    outs = w.make_outputs()
+    getattr(mod, t.entry)(*ins, *outs)
+    return w.check(ins, outs, w.reference(ins))
+
+
+def test_registry_and_contract():
+    t = get_template("gemm")
+    assert isinstance(t, GemmTemplate)
+    assert (t.name, t.workload_kind, t.entry) == ("gemm", "gemm", "kernel")
+    assert isinstance(t.version, int)
+    sp = t.space(Gemm(1024, 1024, 1024), max_threads=2)
+    names = {k.name for k in sp.knobs}
+    for knob in ("tile_m", "tile_n", "tile_k", "mr", "nr", "loop_order", "pack_a", "pack_b",
+                 "microkernel", "vec", "unroll_k", "parallel", "threads"):
+        assert knob in names
+    for knob in ("tile_m", "tile_n", "tile_k", "mr", "nr"):
+        assert sp.knob(knob).ordinal
+    assert sp.knob("threads").values == (1, 2)
+    assert t.space(Gemm(64, 64, 64), max_threads=1).knob("threads").values == (1,)
+
+
+def test_constraints_reject_before_compile():
+    t = GemmTemplate()
+    w = Gemm(512, 512, 512)
+    sp = t.space(w, max_threads=2)
+    good = t.default_config(w, max_threads=2)
+    assert sp.is_valid(good)
+    assert "threads" in sp.violation(good.replace(parallel="none", threads=2))
+    assert "threads" in sp.violation(good.replace(parallel="m", threads=1))
+    assert "multiple" in sp.violation(good.replace(tile_m=64, mr=6))
+    assert "registers" in sp.violation(good.replace(microkernel="unrolled", mr=16, nr=64))
+    with pytest.raises(InstantiationError):
+        t.codegen(w, good.replace(tile_m=64, mr=6))
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (1024, 1024, 1024), (1, 1024, 4096), (2048, 33, 7)])
+def test_space_and_defaults_valid(shape):
+    t = GemmTemplate()
+    for dtype in ("float32", "float64", "int32"):
+        w = Gemm(*shape, dtype)
+        for threads in (1, 2):
+            sp = t.space(w, max_threads=threads)
+            assert sp.is_valid(t.default_config(w, max_threads=threads))
+            cfg = sp.sample(random.Random(0))
+            assert Config.from_json(cfg.to_json()) == cfg
+        for name, cfg in t.ladder(w):
+            assert t.space(w, max_threads=2).is_valid(cfg), name
+
+
+def test_ladder_steps():
+    t = GemmTemplate()
+    steps = t.ladder(Gemm(1024, 1024, 1024))
+    names = [n for n, _ in steps]
+    assert names == ["naive", "blocking", "vectorization", "loop permutation", "packing",
+                     "write cache", "parallel"]
+    cfgs = dict(steps)
+    assert cfgs["naive"]["mr"] == cfgs["naive"]["nr"] == 1
+    assert not cfgs["naive"]["pack_b"] and cfgs["packing"]["pack_b"]
+    assert cfgs["parallel"]["parallel"] != "none" and cfgs["parallel"]["threads"] == 2
+
+
+@pytest.mark.parametrize("shape,dtype", [((17, 33, 65), "float32"), ((9, 70, 31), "int32")])
+def test_ladder_correct(shape, dtype, build_dir):
+    w = Gemm(*shape, dtype)
+    for name, cfg in GemmTemplate().ladder(w):
+        assert _run(w, cfg, build_dir) is None, name
+
+
+CASES = [
+    ((1, 1, 1), "float32", {}),
+    ((17, 33, 65), "float64", {}),
+    ((17, 33, 65), "int32", {}),
+    ((37, 45, 100), "float32", {"microkernel": "loops", "pack_a": False, "pack_b": True,
+                                "loop_order": "kmn", "unroll_k": 4, "tile_k": 32}),
+    ((37, 45, 100), "float32", {"microkernel": "loops", "pack_a": True, "pack_b": False,
+                                "loop_order": "mnk", "parallel": "n", "threads": 2}),
+    ((64, 20, 300), "float64", {"microkernel": "unrolled", "mr": 4, "nr": 8, "tile_m": 32,
+                                "tile_n": 16, "tile_k": 64, "unroll_k": 2, "parallel": "m",
+                                "threads": 2}),
+]
+
+
+@pytest.mark.parametrize("shape,dtype,changes", CASES)
+def test_kernels_correct(shape, dtype, changes, build_dir):
+    t = GemmTemplate()
+    w = Gemm(*shape, dtype)
+    cfg = t.default_config(w, max_threads=2).replace(**changes)
+    if "parallel" not in changes:
+        cfg = cfg.replace(parallel="none", threads=1)
+    assert t.space(w, max_threads=2).is_valid(cfg), t.space(w, 2).violation(cfg)
+    assert _run(w, cfg, build_dir) is None
+
+
+def test_random_configs_correct(build_dir):
+    t = GemmTemplate()
+    rng = random.Random(7)
+    for shape, dtype in (((23, 40, 57), "float32"), ((50, 17, 33), "int32")):
+        w = Gemm(*shape, dtype)
+        sp = t.space(w, max_threads=2)
+        for _ in range(3):
+            cfg = sp.sample(rng)
+            if cfg["microkernel"] == "unrolled":   # keep compile time low
+                cfg = cfg.replace(microkernel="loops")
+                if not sp.is_valid(cfg):
+                    continue
+            assert _run(w, cfg, build_dir) is None, cfg.to_json()
+
+
+def test_generated_source_is_readable():
+    t = GemmTemplate()
+    w = Gemm(1023, 1025, 1000)
+    src = t.codegen(w, t.default_config(w, max_threads=2))
+    assert "M, N, K = 1023, 1025, 1000" in src
+    assert "cache=True" in src and "parallel=True" in src and "prange" in src
+    assert src.count("\n") < 600
+    compile(src, "<gemm>", "exec")
