@@ -116,7 +116,7 @@ class _Converter:
             if any(self.source_layout(i) != layout for i in node.inputs[:n_data]):
                 return False
             axis = attrs["axis"] % node.type.rank
-            attrs["axis"] = axis
+            attrs["axis"] = self.desired.index(layout[axis])
             inputs = [self.conv[i][0] for i in node.inputs[:n_data]]
             inputs += [self.original(i) for i in node.inputs[n_data:]]
         elif pattern in (OpPattern.ELEMWISE, OpPattern.BROADCAST):
