@@ -1,0 +1,210 @@
+"""GEMM template: C[M, N] = A[M, K] @ B[K, N] as blocked, packed, register-tiled Numba code.
+
+The generated kernel is the BLIS/GotoBLAS structure, every choice a knob::
+
+    for the three block loops, in ``loop_order`` (tile_m x tile_n x tile_k cache blocks):
+        pack A block into MR-row panels   (pack_a; hoisted to where the block is invariant)
+        pack B block into NR-column panels (pack_b; likewise)
+        for each NR column strip, for each MR row strip:     (macro-kernel)
+            micro_kernel: MR x NR tile of C over the K block  (microkernel, vec, unroll_k,
+                          write_cache, fastmath)
+
+``parallel`` turns the M or N block loop into ``numba.prange`` wherever it sits in the order.
+Edges: packed panels are zero-padded, so the micro-kernel always computes full tiles and
+stores only what fits; partial tiles of unpacked operands go to a bounded edge kernel.
+Every rung of the REFERENCE.md ladder (naive ... parallel) is a point of this space.
+"""
+from __future__ import annotations
+
+import itertools
+from search_spaces import gemm_microkernels as mk
+from search_spaces.space import Config, ConfigSpace, Constraint, Knob
+from search_spaces.template import Template
+from tuner.errors import InstantiationError
+from workloads.gemm import Gemm
+
+LOOP_ORDERS = tuple("".join(p) for p in itertools.permutations("mnk"))
+MICROKERNELS = ("loops", "unrolled", "intrinsic")
+# Vector registers of the target (AVX-512: 32 zmm); accumulators must leave room for operands.
+VECTOR_REGISTERS = 32
+MAX_ACC_REGISTERS = 28
+MAX_UNROLLED_ACCUMULATORS = 256   # source size / compile time bound for "unrolled"
+_DTYPE_SRC = {"float32": "np.float32", "float64": "np.float64", "int32": "np.int32"}
+
+
+def native_lanes(dtype: str) -> int:
+    """Elements in one 512-bit vector register."""
+    return 8 if dtype == "float64" else 16
+
+
+def _tile_values(dim: int, start: int) -> tuple[int, ...]:
+    """Powers of two and 1.5x powers of two from ``start``, up to the first covering ``dim``."""
+    out = []
+    v = start
+    while True:
+        for t in (v, v * 3 // 2):
+            if t >= start and t not in out:
+                out.append(t)
+                if t >= dim:
+                    return tuple(out)
+        v *= 2
+
+
+def _covers(tile: int, dim: int) -> bool:
+    return tile >= dim
+
+
+class GemmTemplate(Template):
+    name = "gemm"
+    version = 1
+    workload_kind = "gemm"
+    entry = "kernel"
+
+    # -- the space -----------------------------------------------------------------------
+    def space(self, workload: Gemm, max_threads: int = 1) -> ConfigSpace:
+        w = workload
+        L = native_lanes(w.dtype)
+        is_int = w.dtype == "int32"
+        knobs = [
+            Knob("tile_m", _tile_values(w.M, 16), True, "rows of C per cache block (A block in L2)"),
+            Knob("tile_n", _tile_values(w.N, 16), True, "columns of C per cache block (B block in L3/L2)"),
+            Knob("tile_k", _tile_values(w.K, 16), True, "K depth per cache block (B micro-panel in L1)"),
+            Knob("mr", (1, 2, 4, 6, 8, 12, 16), True, "rows of the register micro-tile"),
+            Knob("nr", (1, L // 2, L, 2 * L, 3 * L, 4 * L), True, "columns of the register micro-tile"),
+            Knob("loop_order", LOOP_ORDERS, False, "order of the block loops, outermost first"),
+            Knob("pack_a", (False, True), False, "copy A blocks into contiguous MR-row panels"),
+            Knob("pack_b", (False, True), False, "copy B blocks into contiguous NR-column panels"),
+            Knob("microkernel", MICROKERNELS, False, "how the micro-kernel is written"),
+            Knob("vec", (L // 2, L), True, "vector lanes of the intrinsic micro-kernel (ymm/zmm)"),
+            Knob("unroll_k", (1, 2, 4), True, "unroll factor of the micro-kernel's K loop"),
+            Knob("write_cache", (False, True), False, "accumulate the tile locally, store C once"),
+            Knob("fastmath", (False,) if is_int else (False, True), False, "LLVM fast-math flags (FMA contraction, reassociation)"),
+            Knob("parallel", ("none", "m", "n"), False, "block loop run with numba.prange"),
+            Knob("threads", tuple(range(1, max(1, max_threads) + 1)), True, "Numba threads"),
+        ]
+        return ConfigSpace(knobs, self._constraints(w))
+
+    def _constraints(self, w: Gemm) -> list[Constraint]:
+        L = native_lanes(w.dtype)
+
+        def tiles_fit_micro(c):
+            if c["tile_m"] % c["mr"] and not _covers(c["tile_m"], w.M):
+                return f"tile_m={c['tile_m']} is not a multiple of mr={c['mr']}"
+            if c["tile_n"] % c["nr"] and not _covers(c["tile_n"], w.N):
+                return f"tile_n={c['tile_n']} is not a multiple of nr={c['nr']}"
+            return None
+
+        def registers(c):
+            acc = c["mr"] * -(-c["nr"] // (c["vec"] if c["microkernel"] == "intrinsic" else L))
+            if c["microkernel"] != "loops" and acc > MAX_ACC_REGISTERS:
+                return f"{acc} accumulator registers > {MAX_ACC_REGISTERS} (of {VECTOR_REGISTERS})"
+            if c["microkernel"] == "loops" and c["mr"] * c["nr"] > 2 * VECTOR_REGISTERS * L:
+                return f"{c['mr']}x{c['nr']} accumulator tile is far larger than the register file"
+            if c["microkernel"] == "unrolled" and c["mr"] * c["nr"] > MAX_UNROLLED_ACCUMULATORS:
+                return f"{c['mr'] * c['nr']} unrolled scalar accumulators > {MAX_UNROLLED_ACCUMULATORS}"
+            return None
+
+        def vector_width(c):
+            if c["microkernel"] == "intrinsic":
+                if c["nr"] % c["vec"]:
+                    return f"nr={c['nr']} is not a multiple of vec={c['vec']}"
+                if not (c["pack_a"] and c["pack_b"]):
+                    return "the intrinsic micro-kernel reads packed panels (pack_a and pack_b)"
+            elif c["vec"] != L:
+                return f"vec only applies to microkernel='intrinsic' (keep vec={L})"
+            return None
+
+        def write_cache(c):
+            if not c["write_cache"] and c["microkernel"] != "loops":
+                return "microkernels 'unrolled'/'intrinsic' always keep accumulators in registers"
+            return None
+
+        def threads(c):
+            if (c["threads"] > 1) != (c["parallel"] != "none"):
+                return "threads > 1 exactly when parallel != 'none'"
+            return None
+
+        return [Constraint("tiles_fit_micro", tiles_fit_micro),
+                Constraint("registers", registers),
+                Constraint("vector_width", vector_width),
+                Constraint("write_cache", write_cache),
+                Constraint("threads", threads)]
+
+    # -- defaults and the ladder -----------------------------------------------------------
+    def default_config(self, workload: Gemm, max_threads: int = 1) -> Config:
+        w = workload
+        L = native_lanes(w.dtype)
+        sp = self.space(w, max_threads)
+        cfg = {
+            "tile_m": _pick(sp, "tile_m", 96), "tile_n": _pick(sp, "tile_n", 512),
+            "tile_k": _pick(sp, "tile_k", 256), "mr": 6, "nr": 2 * L,
+            "loop_order": "nkm", "pack_a": True, "pack_b": True, "microkernel": "unrolled",
+            "vec": L, "unroll_k": 1, "write_cache": True, "fastmath": w.dtype != "int32",
+            "parallel": "m" if max_threads > 1 else "none", "threads": max(1, max_threads),
+        }
+        return _repair(sp, cfg)
+
+    def ladder(self, workload: Gemm) -> list[tuple[str, Config]]:
+        """REFERENCE.md's optimisation ladder as points of this space (1 thread but 'parallel')."""
+        w = workload
+        L = native_lanes(w.dtype)
+        sp = self.space(w, max_threads=2)
+        fm = w.dtype != "int32"
+        full = {k: sp.knob(k).values[-1] for k in ("tile_m", "tile_n", "tile_k")}
+        naive = {**full, "mr": 1, "nr": 1, "loop_order": "mnk", "pack_a": False,
+                 "pack_b": False, "microkernel": "loops", "vec": L, "unroll_k": 1,
+                 "write_cache": False, "fastmath": False, "parallel": "none", "threads": 1}
+        steps = [("naive", naive)]
+        blocking = {**naive, "tile_m": _pick(sp, "tile_m", 32), "tile_n": _pick(sp, "tile_n", 32),
+                    "tile_k": _pick(sp, "tile_k", 128)}
+        steps.append(("blocking", blocking))
+        vectorization = {**blocking, "nr": L, "fastmath": fm}
+        steps.append(("vectorization", vectorization))
+        permutation = {**vectorization, "mr": 4, "loop_order": "nkm",
+                       "tile_m": _pick(sp, "tile_m", 64), "tile_n": _pick(sp, "tile_n", 256)}
+        steps.append(("loop permutation", permutation))
+        packing = {**permutation, "pack_a": True, "pack_b": True}
+        steps.append(("packing", packing))
+        write_cache = {**packing, "write_cache": True, "nr": 2 * L, "mr": 6,
+                       "tile_m": _pick(sp, "tile_m", 96), "tile_n": _pick(sp, "tile_n", 512),
+                       "tile_k": _pick(sp, "tile_k", 256)}
+        steps.append(("write cache", write_cache))
+        parallel = {**write_cache, "parallel": "m", "threads": 2}
+        steps.append(("parallel", parallel))
+        return [(name, _repair(sp, cfg)) for name, cfg in steps]
+
+    # -- code generation -------------------------------------------------------------------
+    def codegen(self, workload: Gemm, config: Config) -> str:
+        w = workload
+        c = dict(config)
+        sp = self.space(w, max_threads=max(int(c.get("threads", 1)), 1))
+        sp.validate(config)
+        from search_spaces.gemm_codegen import generate
+        return generate(w, c, self.version)
+
+
+def _pick(space: ConfigSpace, knob: str, want: int) -> int:
+    """The knob value closest to ``want`` (tile lists depend on the workload)."""
+    values = space.knob(knob).values
+    return min(values, key=lambda v: (abs(v - want), v))
+
+
+def _repair(space: ConfigSpace, cfg: dict) -> Config:
+    """Make a hand-written config valid for small shapes: shrink the micro-tile until it is."""
+    cfg = dict(cfg)
+    for _ in range(64):
+        reason = space.violation(cfg)
+        if reason is None:
+            return Config(cfg)
+        if reason.startswith("tiles_fit_micro"):
+            # Choose the smallest tile that is a multiple of the micro-tile (or covers the dim).
+            for dim_knob, micro, dim in (("tile_m", "mr", "M"), ("tile_n", "nr", "N")):
+                vals = space.knob(dim_knob).values
+                ok = [v for v in vals if v % cfg[micro] == 0 or v == vals[-1]]
+                if cfg[dim_knob] not in ok:
+                    cfg[dim_knob] = min(ok, key=lambda v: abs(v - cfg[dim_knob]))
+        elif reason.startswith("registers") and cfg["mr"] > 1:
+            cfg["mr"] = max(v for v in space.knob("mr").values if v < cfg["mr"])
+        else:
+            raise InstantiationError(f"cannot repair hand-written gemm config {cfg}: {reason}")
+    raise InstantiationError(f"cannot repair hand-written gemm config {cfg}")
