@@ -73,3 +73,21 @@ def test_old_template_version_is_not_applied(templates, store):
     w, t = Gemm.parse("16x8x8"), host_target()
     record(store, w, t, {"unroll": 2}, template_version=0)
     assert dispatch.select_config(w, templates["naive"], store, t, threads=1, quiet=True).source == "fallback"
+
+
+def test_tuner_gemm_api_falls_back_visibly_and_is_correct(db_url, capsys):
+    import numpy as np
+
+    import tuner
+
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((33, 17)).astype(np.float32)
+    B = rng.standard_normal((17, 29)).astype(np.float32)
+    C = tuner.gemm(A, B, threads=1)
+    np.testing.assert_allclose(C, A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
+    C2 = tuner.gemm(A, B, threads=1)  # second call: no second warning
+    np.testing.assert_array_equal(C, C2)
+    err = capsys.readouterr().err
+    assert err.count("no tuned config") == 1 and "--shape 33x29x17" in err
+    with pytest.raises(NoRecordError):
+        tuner.gemm(A, B, threads=1, strict=True)

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from search_spaces.space import Config
-from tuner.db.store import Best, Store, TrialRecord
+from tuner.db.store import Best, Store, TrialRecord, rank_configs
 from tuner.measure.measurer import MeasureOptions, Measurer
 from tuner.measure.result import MeasureResult, Status, summarize
 from tuner.search import make_strategy
@@ -159,20 +159,22 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
 
 
 def _remeasure_top(store: Store, measurer: Measurer, workload, template, target,
-                   opts: TuneOptions, run_id: str) -> None:
-    """Measure the top configs again; ``Store.best`` scores a config by its slowest median."""
+                   opts: TuneOptions, run_id: str, max_rounds: int = 3) -> None:
+    """Measure the top configs again until the leader has been measured at least twice.
+
+    ``Store.best`` scores a config by its slowest median, so a lucky sample loses once it is
+    re-measured; repeating rounds keeps a once-measured config from inheriting the lead.
+    """
     if opts.remeasure_top <= 0:
         return
-    rows = store.trials(workload_key=workload.key, target_key=target.key, template=template.name,
-                        template_version=template.version, threads=opts.threads, status="OK")
-    by_cfg: dict[str, list] = {}
-    for r in rows:
-        by_cfg.setdefault(r.config_hash, []).append(r)
-    ranked = sorted(by_cfg.values(), key=lambda rs: max(x.median for x in rs))
-    top = [Config.from_json(rs[0].config) for rs in ranked[:opts.remeasure_top]]
-    if not top:
-        return
-    results = measurer.measure(workload, template, top)
-    store.add_trials(run_id, workload, target, [
-        TrialRecord(template.name, template.version, c, opts.threads, r, "remeasure")
-        for c, r in zip(top, results)])
+    for _ in range(max_rounds):
+        rows = store.trials(workload_key=workload.key, target_key=target.key, template=template.name,
+                            template_version=template.version, threads=opts.threads)
+        ranked = rank_configs(rows)
+        top = [Config.from_json(rs[0].config) for _, rs in ranked[:opts.remeasure_top] if len(rs) < 2]
+        if not top:
+            return
+        results = measurer.measure(workload, template, top)
+        store.add_trials(run_id, workload, target, [
+            TrialRecord(template.name, template.version, c, opts.threads, r, "remeasure")
+            for c, r in zip(top, results)])

@@ -32,6 +32,7 @@ def register(sub) -> None:
     a.add_argument("-o", "--output", default="-", help="file (default: stdout)")
     a = action("import", "read trials from JSON lines (all or nothing)", cmd_import)
     a.add_argument("file", help="JSON-lines file ('-' for stdin)")
+    a = action("check", "verify the database's integrity and report problems", cmd_check)
 
 
 def _filters(a) -> None:
@@ -123,3 +124,16 @@ def cmd_import(args) -> int:
             raise UsageError(f"{args.file} is not UTF-8 text; nothing was imported") from None
     print(f"imported {imported} trials ({skipped} already present)")
     return 0
+
+
+def cmd_check(args) -> int:
+    from tuner.db.check import check
+
+    store = open_store(args)
+    problems, notes = check(store)
+    for n in notes:
+        print(f"note: {n}")
+    for p in problems:
+        print(f"problem: {p}")
+    print(f"{store.url}: " + (f"{len(problems)} problem(s)" if problems else "ok"))
+    return 1 if problems else 0

@@ -67,6 +67,20 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur.close()
 
 
+def rank_configs(rows: Sequence[TrialRow]) -> list[tuple[float, list[TrialRow]]]:
+    """(score, OK rows) per config of one workload/target/threads/template, best first.
+
+    The score is a config's slowest median: it must be fast every time it is measured. A config
+    with any failed measurement (flaky answer, crash) is left out.
+    """
+    failed = {r.config_hash for r in rows if r.status != Status.OK.value}
+    by_cfg: dict[str, list[TrialRow]] = {}
+    for r in rows:
+        if r.status == Status.OK.value and r.config_hash not in failed:
+            by_cfg.setdefault(r.config_hash, []).append(r)
+    return sorted(((max(x.median for x in rs), rs) for rs in by_cfg.values()), key=lambda p: p[0])
+
+
 class Store:
     def __init__(self, url: str):
         self.url = url
@@ -227,22 +241,16 @@ class Store:
         """
         rows = self.trials(workload_key=workload_key, target_key=target_key, template=template,
                            template_version=template_version, threads=threads)
-        groups: dict[tuple, dict[str, list[TrialRow]]] = {}
-        failed: set[tuple] = set()  # a config that failed once (flaky, crashed) is not trusted
+        groups: dict[tuple, list[TrialRow]] = {}
         for r in rows:
             k = (r.workload.key, r.target.key, r.threads, r.template, r.template_version)
-            if r.status != Status.OK.value:
-                failed.add((k, r.config_hash))
-                continue
-            groups.setdefault(k, {}).setdefault(r.config_hash, []).append(r)
-        for k, by_cfg in groups.items():
-            for h in [h for h in by_cfg if (k, h) in failed]:
-                del by_cfg[h]
-        groups = {k: v for k, v in groups.items() if v}
+            groups.setdefault(k, []).append(r)
         out = []
-        for (wkey, tkey, thr, tmpl, ver), by_cfg in groups.items():
-            score, cfg_rows = min(((max(x.median for x in rs), rs) for rs in by_cfg.values()),
-                                  key=lambda p: p[0])
+        for (wkey, tkey, thr, tmpl, ver), group in groups.items():
+            ranked = rank_configs(group)
+            if not ranked:
+                continue
+            score, cfg_rows = ranked[0]
             first = cfg_rows[0]
             worst = max(cfg_rows, key=lambda x: x.median)
             out.append(Best(workload_key=wkey, target_key=tkey, template=tmpl, template_version=ver,
