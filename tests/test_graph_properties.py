@@ -41,11 +41,19 @@ def test_random_graphs_are_valid_and_round_trip(g):
     assert parse(to_text(g)) == g
 
 
+def _prepared(g):
+    """What later passes usually see: inference ops expanded, canonical, constants folded."""
+    return FoldConstant()(CanonicalizeOps()(SimplifyInference()(g)))
+
+
+@pytest.mark.parametrize("stage", ["raw", "prepared"])
 @pytest.mark.parametrize("name", list(PASSES))
 @SETTINGS
 @given(g=graphs())
-def test_pass_preserves_results_and_is_idempotent(name, g):
+def test_pass_preserves_results_and_is_idempotent(name, stage, g):
     p = PASSES[name]
+    if stage == "prepared":
+        g = _prepared(g)
     x = random_inputs(g, seed=1)
     before = run(g, x)
     once = verify(p(g))

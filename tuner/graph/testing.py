@@ -67,6 +67,26 @@ def _conv(s: _State, draw: Draw) -> Node | None:
                   padding=[pad] * 4, groups=groups, data_layout=s.layout)
 
 
+def _conv_epilogue(s: _State, draw: Draw) -> Node | None:
+    """conv2d or dense followed by per-channel scale/shift ops (what FoldScaleAxis folds)."""
+    if s.v2 and draw(st.booleans()):
+        y = draw(st.sampled_from(s.v2))
+        units = y.type.shape[1]
+        y = s.b.op("dense", y, s.const((units, units), scale=0.3))
+        y = s.b.op("multiply", y, s.const((units,)))
+        s.v2.append(y)
+        return y
+    y = _conv(s, draw)
+    if y is None:
+        return None
+    c = s.dims(y)["C"]
+    if draw(st.booleans()):
+        y = s.b.op("add", y, s.const(s.chan_shape(c)))
+    y = s.b.op("multiply", *((y, s.const(s.chan_shape(c))) if draw(st.booleans())
+                             else (s.const((1,) * 4), y)))
+    return s.b.op("relu", y) if draw(st.booleans()) else y
+
+
 def _batch_norm(s: _State, draw: Draw) -> Node:
     x = draw(st.sampled_from(s.v4))
     c = s.dims(x)["C"]
@@ -158,8 +178,12 @@ def _duplicate(s: _State, draw: Draw) -> Node | None:
     return s.b.op(n.op, *n.inputs, **n.attrs)
 
 
-def _probe(s: _State, draw: Draw) -> Node:
+def _probe(s: _State, draw: Draw) -> Node | None:
     s.k += 1
+    if draw(st.integers(0, 3)) == 0:  # a side effect on constants must not be folded away
+        c = s.b.op("multiply", s.const((2, 3)), s.const((3,)))
+        s.b.op("probe", c, tag=f"probe{s.k}")
+        return None
     return s.b.op("probe", draw(st.sampled_from(s.v4)), tag=f"probe{s.k}")
 
 
@@ -176,7 +200,7 @@ def _dense_head(s: _State, draw: Draw) -> Node:
     return y
 
 
-STEPS = [_conv, _conv, _batch_norm, _bias_add, _channel_op, _channel_op, _binary, _unary,
+STEPS = [_conv, _conv_epilogue, _batch_norm, _bias_add, _channel_op, _channel_op, _binary, _unary,
          _unary, _pool, _normalize, _concat, _layout_round_trip, _reshape_round_trip,
          _duplicate, _probe, _dense_head]
 
