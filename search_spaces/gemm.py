@@ -56,7 +56,7 @@ def _covers(tile: int, dim: int) -> bool:
 
 class GemmTemplate(Template):
     name = "gemm"
-    version = 1
+    version = 2
     workload_kind = "gemm"
     entry = "kernel"
 
@@ -138,7 +138,7 @@ class GemmTemplate(Template):
         cfg = {
             "tile_m": _pick(sp, "tile_m", 96), "tile_n": _pick(sp, "tile_n", 512),
             "tile_k": _pick(sp, "tile_k", 256), "mr": 6, "nr": 2 * L,
-            "loop_order": "nkm", "pack_a": True, "pack_b": True, "microkernel": "unrolled",
+            "loop_order": "nkm", "pack_a": True, "pack_b": True, "microkernel": "intrinsic",
             "vec": L, "unroll_k": 1, "write_cache": True, "fastmath": w.dtype != "int32",
             "parallel": "m" if max_threads > 1 else "none", "threads": max(1, max_threads),
         }

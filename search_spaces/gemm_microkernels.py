@@ -203,8 +203,51 @@ def micro_unrolled_source(mr: int, nr: int, pack_a: bool, pack_b: bool, fastmath
     return head + _indent(lines)
 
 
+def micro_intrinsic_source(mr: int, nr: int, vec: int, unroll: int) -> list[str]:
+    """Explicit LLVM vectors: MR x (NR/VEC) accumulator registers, packed panels only."""
+    nv = nr // vec
+    acc = [[f"c_{r}_{v}" for v in range(nv)] for r in range(mr)]
+    head = [
+        _jit(),
+        "def micro_kernel(AA, ai, BB, bj, p0, kc, C, ci, cj, mlen, nlen, first):",
+        f'    """{mr} x {nr} tile of C in {mr * nv} vector registers of {vec} lanes (c_<row>_<vector>).',
+        "",
+        f"    Per K step: {nv} vector load(s) of the B panel row, {mr} broadcast(s) of A, {mr * nv} FMA(s).",
+        '    """',
+    ]
+    lines = [f"a = ai * (TILE_K * MR)   # this A panel in the packed block (flat index)",
+             f"b = bj * (TILE_K * NR)   # this B panel"]
+    for r in range(mr):
+        lines.append(" = ".join(acc[r]) + f" = vsplat(ZERO, {vec})")
+
+    def body(p):
+        out = [f"pa = a + ({p}) * MR" if p != "p" else "pa = a + p * MR",
+               f"pb = b + ({p}) * NR" if p != "p" else "pb = b + p * NR"]
+        out += [f"b_{v} = vload(BB, pb + {v * vec}, {vec})" for v in range(nv)]
+        for r in range(mr):
+            out.append(f"a_{r} = vbroadcast(AA, pa + {r}, {vec})")
+            out += [f"{acc[r][v]} = vfma(a_{r}, b_{v}, {acc[r][v]})" for v in range(nv)]
+        return out
+    lines += _k_loop(unroll, body)
+    lines += ["if mlen == MR and nlen == NR:", "    if first:"]
+    for r in range(mr):
+        lines += [f"        vstore2(C, ci + {r}, cj + {v * vec}, {acc[r][v]})" for v in range(nv)]
+    lines += ["    else:"]
+    for r in range(mr):
+        lines += [f"        vstore2(C, ci + {r}, cj + {v * vec}, vadd(vload2(C, ci + {r}, cj + {v * vec}, {vec}), {acc[r][v]}))"
+                  for v in range(nv)]
+    lines += ["else:  # partial tile at the edge of C: spill the registers, store what fits",
+              "    acc = np.empty((MR, NR), DTYPE)"]
+    for r in range(mr):
+        lines += [f"    vstore(acc, {r * nr + v * vec}, {acc[r][v]})" for v in range(nv)]
+    lines += store_acc_lines()[10:]   # the bounded store loops
+    return head + _indent(lines)
+
+
 # -- dispatch ------------------------------------------------------------------------------
 def extra_imports(c: dict) -> list[str]:
+    if c["microkernel"] == "intrinsic":
+        return ["from search_spaces.simd import vadd, vbroadcast, vfma, vload, vload2, vsplat, vstore, vstore2"]
     return []
 
 
@@ -215,4 +258,6 @@ def micro_kernel_source(c: dict) -> list[str]:
         return micro_loops_source(c["pack_a"], c["pack_b"], fm, c["unroll_k"], c["write_cache"])
     if kind == "unrolled":
         return micro_unrolled_source(c["mr"], c["nr"], c["pack_a"], c["pack_b"], fm, c["unroll_k"])
+    if kind == "intrinsic":
+        return micro_intrinsic_source(c["mr"], c["nr"], c["vec"], c["unroll_k"])
     raise InstantiationError(f"micro-kernel formulation {kind!r} is not implemented")

@@ -1,0 +1,193 @@
+"""Explicit SIMD for generated Numba kernels: LLVM vector values through ``numba.extending``.
+
+A ``Vec`` is an LLVM ``<lanes x T>`` value (``<16 x float>`` is one zmm register). Numba
+keeps local variables of this type in SSA registers, so a micro-kernel written with these
+functions gets exactly the vector loads, broadcasts and FMAs it spells out, whatever the loop
+vectoriser would have decided. All functions are ``@intrinsic``s: no call overhead, no bounds
+checks (the generated code computes offsets that are in range by construction).
+
+    vload(arr, i, lanes)      arr.flat[i : i+lanes]              (arr C-contiguous)
+    vbroadcast(arr, i, lanes) arr.flat[i] in every lane
+    vsplat(x, lanes)          scalar x in every lane
+    vfma(a, b, c)             a * b + c   (llvm.fma for floats; mul+add for integers)
+    vadd(a, b)                a + b
+    vstore(arr, i, v)         arr.flat[i : i+lanes] = v
+    vload2(C, i, j, lanes) / vstore2(C, i, j, v)   row i, columns j.. of a 2-D array whose
+                              rows are contiguous (any row stride)
+
+Importable and cache-safe: a kernel compiled with ``cache=True`` that uses them is loaded
+from Numba's cache by a process that imports this module.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.core.errors import RequireLiteralValue, TypingError
+from numba.extending import intrinsic, models, register_model
+
+
+class Vec(types.Type):
+    """Numba type of an LLVM vector of ``lanes`` elements of scalar type ``dtype``."""
+
+    def __init__(self, dtype: types.Type, lanes: int):
+        self.dtype = dtype
+        self.lanes = lanes
+        super().__init__(name=f"Vec({dtype}, {lanes})")
+
+    @property
+    def key(self):
+        return self.dtype, self.lanes
+
+
+@register_model(Vec)
+class VecModel(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        elem = dmm.lookup(fe_type.dtype).get_value_type()
+        super().__init__(dmm, fe_type, ir.VectorType(elem, fe_type.lanes))
+
+
+def _lanes(lanes) -> int:
+    if not isinstance(lanes, types.IntegerLiteral):
+        raise RequireLiteralValue("vector lanes must be a compile-time integer constant")
+    return lanes.literal_value
+
+
+def _contiguous(arr, what: str) -> None:
+    if not isinstance(arr, types.Array) or arr.layout != "C":
+        raise TypingError(f"{what} needs a C-contiguous array, got {arr}")
+
+
+def _flat_ptr(context, builder, arr_ty, arr, index):
+    ary = context.make_array(arr_ty)(context, builder, arr)
+    return builder.gep(ary.data, [index])
+
+
+def _row_ptr(context, builder, arr_ty, arr, i, j):
+    ary = context.make_array(arr_ty)(context, builder, arr)
+    shape = cgutils.unpack_tuple(builder, ary.shape, 2)
+    strides = cgutils.unpack_tuple(builder, ary.strides, 2)
+    return cgutils.get_item_pointer2(context, builder, ary.data, shape, strides, arr_ty.layout,
+                                     [i, j], wraparound=False)
+
+
+def _vec_ptr(builder, ptr, vty):
+    return builder.bitcast(ptr, vty.as_pointer())
+
+
+def _align(context, dtype) -> int:
+    return context.get_abi_sizeof(context.get_value_type(dtype))
+
+
+@intrinsic
+def vload(typingctx, arr, i, lanes):
+    _contiguous(arr, "vload")
+    vt = Vec(arr.dtype, _lanes(lanes))
+
+    def codegen(context, builder, sig, args):
+        ptr = _flat_ptr(context, builder, sig.args[0], args[0], args[1])
+        vty = context.get_value_type(vt)
+        return builder.load(_vec_ptr(builder, ptr, vty), align=_align(context, arr.dtype))
+    return vt(arr, i, lanes), codegen
+
+
+@intrinsic
+def vbroadcast(typingctx, arr, i, lanes):
+    _contiguous(arr, "vbroadcast")
+    vt = Vec(arr.dtype, _lanes(lanes))
+
+    def codegen(context, builder, sig, args):
+        x = builder.load(_flat_ptr(context, builder, sig.args[0], args[0], args[1]))
+        return _splat(context, builder, vt, x)
+    return vt(arr, i, lanes), codegen
+
+
+def _splat(context, builder, vt, x):
+    vty = context.get_value_type(vt)
+    one = builder.insert_element(ir.Constant(vty, ir.Undefined), x, ir.Constant(ir.IntType(32), 0))
+    mask = ir.Constant(ir.VectorType(ir.IntType(32), vt.lanes), [0] * vt.lanes)
+    return builder.shuffle_vector(one, ir.Constant(vty, ir.Undefined), mask)
+
+
+@intrinsic
+def vsplat(typingctx, x, lanes):
+    if not isinstance(x, (types.Float, types.Integer)):
+        raise TypingError(f"vsplat needs a scalar, got {x}")
+    vt = Vec(x, _lanes(lanes))
+
+    def codegen(context, builder, sig, args):
+        return _splat(context, builder, vt, args[0])
+    return vt(x, lanes), codegen
+
+
+@intrinsic
+def vfma(typingctx, a, b, c):
+    if not (isinstance(a, Vec) and a == b == c):
+        raise TypingError(f"vfma needs three equal vector types, got {a}, {b}, {c}")
+
+    def codegen(context, builder, sig, args):
+        x, y, z = args
+        if isinstance(a.dtype, types.Float):
+            fty = ir.FunctionType(x.type, [x.type] * 3)
+            name = f"llvm.fma.v{a.lanes}f{a.dtype.bitwidth}"
+            fn = cgutils.get_or_insert_function(builder.module, fty, name)
+            return builder.call(fn, [x, y, z])
+        return builder.add(builder.mul(x, y), z)
+    return a(a, b, c), codegen
+
+
+@intrinsic
+def vadd(typingctx, a, b):
+    if not (isinstance(a, Vec) and a == b):
+        raise TypingError(f"vadd needs two equal vector types, got {a}, {b}")
+
+    def codegen(context, builder, sig, args):
+        if isinstance(a.dtype, types.Float):
+            return builder.fadd(args[0], args[1])
+        return builder.add(args[0], args[1])
+    return a(a, b), codegen
+
+
+@intrinsic
+def vstore(typingctx, arr, i, v):
+    _contiguous(arr, "vstore")
+    if not (isinstance(v, Vec) and v.dtype == arr.dtype):
+        raise TypingError(f"vstore of {v} into {arr}")
+
+    def codegen(context, builder, sig, args):
+        ptr = _flat_ptr(context, builder, sig.args[0], args[0], args[1])
+        builder.store(args[2], _vec_ptr(builder, ptr, args[2].type), align=_align(context, arr.dtype))
+        return context.get_dummy_value()
+    return types.none(arr, i, v), codegen
+
+
+def _rows_contiguous(arr, what: str) -> None:
+    if not isinstance(arr, types.Array) or arr.ndim != 2 or arr.layout not in ("C", "A"):
+        raise TypingError(f"{what} needs a 2-D array, got {arr}")
+    if arr.layout != "C":
+        raise TypingError(f"{what} needs rows with unit stride (C layout), got {arr}")
+
+
+@intrinsic
+def vload2(typingctx, arr, i, j, lanes):
+    _rows_contiguous(arr, "vload2")
+    vt = Vec(arr.dtype, _lanes(lanes))
+
+    def codegen(context, builder, sig, args):
+        ptr = _row_ptr(context, builder, sig.args[0], args[0], args[1], args[2])
+        vty = context.get_value_type(vt)
+        return builder.load(_vec_ptr(builder, ptr, vty), align=_align(context, arr.dtype))
+    return vt(arr, i, j, lanes), codegen
+
+
+@intrinsic
+def vstore2(typingctx, arr, i, j, v):
+    _rows_contiguous(arr, "vstore2")
+    if not (isinstance(v, Vec) and v.dtype == arr.dtype):
+        raise TypingError(f"vstore2 of {v} into {arr}")
+
+    def codegen(context, builder, sig, args):
+        ptr = _row_ptr(context, builder, sig.args[0], args[0], args[1], args[2])
+        builder.store(args[3], _vec_ptr(builder, ptr, args[3].type), align=_align(context, arr.dtype))
+        return context.get_dummy_value()
+    return types.none(arr, i, j, v), codegen
