@@ -90,15 +90,16 @@ def run(args: argparse.Namespace) -> int:
     out.write(f"{'(input)':<24}{'':>8} {s0.row()}\n")
     before_fuse = s0
     prev = graph
-    for p, g, seconds in recorder.runs:
+    for p, g, seconds, skipped in recorder.events:
+        if g is None:
+            out.write(f"{p.name:<24}{'-':>8}  skipped ({skipped})\n")
+            continue
         s = graph_stats(g)
         mark = "" if g != prev else "  (unchanged)"
-        out.write(f"{str(p.name):<24}{seconds * 1e3:8.2f} {s.row()}{mark}\n")
+        out.write(f"{p.name:<24}{seconds * 1e3:8.2f} {s.row()}{mark}\n")
         if p.name != "FuseOps":
             before_fuse = s
         prev = g
-    for p, reason in recorder.skips:
-        out.write(f"{p.name:<24}{'skipped':>8} ({reason})\n")
 
     groups = fused_groups(final)
     out.write(f"\nfused groups ({len(groups)}):\n")

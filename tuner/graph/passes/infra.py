@@ -101,17 +101,21 @@ class PassTiming(PassInstrument):
 
 
 class PassRecorder(PassInstrument):
-    """Keeps (pass, graph after it, seconds) for every pass that ran, and skipped passes."""
+    """Keeps (pass, graph after it, seconds) for every pass that ran, and skipped passes;
+    ``events`` has both in order: ``(pass, graph, seconds, None)`` or ``(pass, None, 0, reason)``."""
 
     def __init__(self) -> None:
         self.runs: list[tuple[Pass, Graph, float]] = []
         self.skips: list[tuple[Pass, str]] = []
+        self.events: list[tuple[Pass, Graph | None, float, str | None]] = []
 
     def after(self, p: Pass, before: Graph, after: Graph, seconds: float) -> None:
         self.runs.append((p, after, seconds))
+        self.events.append((p, after, seconds, None))
 
     def skipped(self, p: Pass, reason: str) -> None:
         self.skips.append((p, reason))
+        self.events.append((p, None, 0.0, reason))
 
 
 class DumpIR(PassInstrument):
