@@ -375,3 +375,8 @@ def test_default_pipelines_are_explicit_lists():
         assert all(p.info.opt_level <= lvl for p in pipeline_passes(lvl))
     with pytest.raises(UsageError):
         pipeline_passes(4)
+
+
+def test_convert_layout_rejects_unknown_layouts():
+    with pytest.raises(UsageError, match="desired layout must be one of NCHW, NHWC"):
+        ConvertLayout(desired="CHWN")(parse(MLP))

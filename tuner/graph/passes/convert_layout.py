@@ -12,6 +12,7 @@ transforms (``A->B`` then ``B->A``, here or in the input) cancel. Kernel weights
 """
 from __future__ import annotations
 
+from tuner.errors import UsageError
 from tuner.graph.builder import has_side_effect
 from tuner.graph.ir import Graph, Node
 from tuner.graph.ops import OpPattern, get_op
@@ -143,6 +144,9 @@ class _Converter:
 
 
 def convert_layout(graph: Graph, desired: str = "NHWC") -> Graph:
+    if desired not in KERNEL_LAYOUT:
+        raise UsageError(f"ConvertLayout: desired layout must be one of "
+                         f"{', '.join(KERNEL_LAYOUT)}, got {desired!r}")
     c = _Converter(graph, desired)
     for node in graph.nodes:
         if node.is_input or node.is_const:
