@@ -30,8 +30,8 @@ def test_passes_reports_each_pass_groups_and_traffic(level, capsys):
 def test_passes_dump_shows_ir_after_each_pass(capsys):
     assert main(["passes", MLP, "--dump", "-O", "2"]) == 0
     out = capsys.readouterr().out
-    assert "// ---- IR before passes" in out and "// ---- IR after InferType: unchanged" in out
-    assert "// ---- IR after FoldConstant" in out and "constant_of_shape" in out
+    assert "# ---- IR before passes" in out and "# ---- IR after InferType: unchanged" in out
+    assert "# ---- IR after FoldConstant" in out and "constant_of_shape" in out
     assert "elided=8192" in out  # the folded weight is abbreviated
     assert "%r1 = fused(%x, %w1, %b1) : float32[8, 128] graph fused_dense_add_relu(" in out
 

@@ -339,8 +339,8 @@ def test_instruments_time_and_dump():
     assert [n for n, _ in timing.times] == ["InferType", "CanonicalizeOps"]
     assert "total" in timing.render()
     text = stream.getvalue()
-    assert "// ---- IR before InferType" in text and "// ---- IR after InferType: unchanged" in text
-    assert "// ---- IR after CanonicalizeOps" in text and "%y = add(%d, %b)" in text
+    assert "# ---- IR before InferType" in text and "# ---- IR after InferType: unchanged" in text
+    assert "# ---- IR after CanonicalizeOps" in text and "%y = add(%d, %b)" in text
 
 
 @graph_pass("TestBoom", opt_level=0)

@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     recorder = PassRecorder()
     instruments = [recorder]
     if args.dump:
-        out.write(f"// ---- IR before passes\n{to_text(graph, elide=not args.full_constants)}\n")
+        out.write(f"# ---- IR before passes\n{to_text(graph, elide=not args.full_constants)}\n")
         instruments.append(DumpIR(after=True, stream=out, elide=not args.full_constants))
     ctx = PassContext(opt_level=args.opt_level, disabled=frozenset(disabled),
                       instruments=tuple(instruments))

@@ -33,7 +33,8 @@ from tuner.graph.ir import CONST, FUSED, INPUT, Graph, Node
 from tuner.graph.ops import get_op
 
 _PLAIN = re.compile(r"[A-Za-z0-9_.$\-]+\Z")
-MAX_INLINE = 16
+MAX_INLINE = 16   # constants up to this size are printed as data=[...]
+ELIDE_ABOVE = 8   # with elide=True, larger non-uniform constants print as elided=N
 
 
 def _name(n: str) -> str:
@@ -79,10 +80,10 @@ def _const_args(node: Node, elide: bool) -> list[str]:
     raw = flat.view(np.uint8).reshape(flat.size, a.itemsize) if a.size else None
     if a.size >= 1 and (raw == raw[0]).all():
         return [f"fill={_literal(_scalar(flat[0]))}"]
+    if elide and a.size > ELIDE_ABOVE:
+        return [f"elided={a.size}"]
     if a.size <= MAX_INLINE:
         return [f"data={_literal(tuple(_scalar(x) for x in flat))}"]
-    if elide:
-        return [f"elided={a.size}"]
     return [f"b64={json.dumps(base64.b64encode(a.astype(a.dtype.newbyteorder('<')).tobytes()).decode())}"]
 
 

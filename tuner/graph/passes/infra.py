@@ -129,7 +129,7 @@ class DumpIR(PassInstrument):
     def _write(self, title: str, graph: Graph) -> None:
         from tuner.graph.text import to_text
         out = self.stream or sys.stdout
-        out.write(f"// ---- {title}\n{to_text(graph, elide=self.elide)}\n")
+        out.write(f"# ---- {title}\n{to_text(graph, elide=self.elide)}\n")
 
     def before(self, p: Pass, graph: Graph) -> None:
         if self.dump_before:
@@ -138,7 +138,7 @@ class DumpIR(PassInstrument):
     def after(self, p: Pass, before: Graph, after: Graph, seconds: float) -> None:
         if self.dump_after:
             if after == before:
-                (self.stream or sys.stdout).write(f"// ---- IR after {p.name}: unchanged\n")
+                (self.stream or sys.stdout).write(f"# ---- IR after {p.name}: unchanged\n")
             else:
                 self._write(f"IR after {p.name}", after)
 
