@@ -34,6 +34,7 @@ FAULTS = {
     "unwritten": NAIVE.replace("C[i, j] = acc", "if i > 0:\n                C[i, j] = acc"),
     "invalid": NAIVE,
     # importing the module takes far longer than any build timeout used in tests
+    "killed": "import os, signal\n\ndef kernel(A, B, C):\n    os.kill(os.getpid(), signal.SIGKILL)\n",
     "slowbuild": "import time\ntime.sleep(600)\n\ndef kernel(A, B, C):\n    pass\n",
 }
 
@@ -73,3 +74,26 @@ class FaultGemm(Template):
 
     def codegen(self, workload, config):
         return FAULTS[config["fault"]].format(M=workload.M, N=workload.N, K=workload.K, unroll=1)
+
+
+class VariantGemm(NaiveGemm):
+    """The naive kernel in ``n`` textually distinct variants: a space large enough for several
+    tuners to share, where every candidate is a real compile and a real run."""
+
+    name = "variant_gemm"
+
+    def __init__(self, n: int = 24, sleep_ms: int = 0):
+        self.n, self.sleep_ms = n, sleep_ms
+
+    def space(self, workload, max_threads=1):
+        return ConfigSpace([Knob("variant", tuple(range(self.n)), ordinal=True)])
+
+    def default_config(self, workload, max_threads=1):
+        return Config({"variant": 0})
+
+    def codegen(self, workload, config):
+        src = NAIVE.format(M=workload.M, N=workload.N, K=workload.K, unroll=config["variant"])
+        if self.sleep_ms:  # a slower candidate, so a test can kill a tuner mid-run
+            src = "import time\n" + src.replace("def kernel(A, B, C):", "def _kernel(A, B, C):")
+            src += f"\n\ndef kernel(A, B, C):\n    time.sleep({self.sleep_ms / 1000})\n    _kernel(A, B, C)\n"
+        return src

@@ -60,6 +60,7 @@ def test_show_prints_readable_source_and_space():
 def test_tune_then_best_then_run_then_fallback(db_url, tmp_path):
     """The main job, end to end, on a small shape and budget."""
     p = tuner("tune", "gemm", "--shape", "96x80x64", "--trials", "4", "--batch-size", "2",
+              "--log", str(tmp_path / "trials.jsonl"),
               "--threads", "1", "--repeat", "3", "--min-repeat-ms", "5", "--strategy", "random",
               "--no-progress", "--db", db_url)
     assert p.returncode == 0, p.stdout + p.stderr

@@ -9,6 +9,7 @@ EXPECTED = {
     "syntax": Status.COMPILE_ERROR,    # the module does not even parse
     "raises": Status.RUNTIME_ERROR,
     "segfault": Status.CRASH,
+    "killed": Status.CRASH,            # e.g. the OOM killer: SIGKILL from outside
     "hang": Status.TIMEOUT,
     "wrong": Status.WRONG_ANSWER,
     "unwritten": Status.WRONG_ANSWER,  # C is NaN-filled: skipped elements are caught
@@ -29,6 +30,7 @@ def test_every_status_is_classified_and_the_run_continues(templates, measurer):
     assert "SyntaxError" in got["syntax"].error
     assert "kernel refuses" in got["raises"].error
     assert "SIGSEGV" in got["segfault"].error
+    assert "SIGKILL" in got["killed"].error
     assert got["hang"].error.startswith("run:") and "did not finish" in got["hang"].error
     assert "outside tolerance" in got["wrong"].error
     assert "NaN" in got["unwritten"].error

@@ -25,10 +25,10 @@ def test_failures_do_not_stop_tuning_and_never_win(templates, store, measurer):
     w = Gemm.parse("16x16x16")
     s = tune(w, templates["fault"], store, host_target(),
              TuneOptions(strategy="grid", trials=20, threads=1, progress=False), measurer=measurer)
-    # 9 knob values; one is rejected by a constraint and never proposed
+    # 10 knob values; one is rejected by a constraint and never proposed
     assert s.stop_reason == "space exhausted"
     assert s.statuses["OK"] == 1
-    assert s.statuses == {"OK": 1, "COMPILE_ERROR": 2, "RUNTIME_ERROR": 1, "CRASH": 1,
+    assert s.statuses == {"OK": 1, "COMPILE_ERROR": 2, "RUNTIME_ERROR": 1, "CRASH": 2,
                           "TIMEOUT": 1, "WRONG_ANSWER": 2}
     assert s.best.config["fault"] == "none"
 

@@ -15,6 +15,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from search_spaces.space import Config
+from tuner.db.claims import Claims
+from tuner.db.jsonl import RunLog
 from tuner.db.store import Best, Store, TrialRecord, rank_configs
 from tuner.measure.measurer import MeasureOptions, Measurer
 from tuner.measure.result import MeasureResult, Status, summarize
@@ -32,6 +34,8 @@ class TuneOptions:
     early_stopping: int | None = None  # stop after this many trials without a new best
     remeasure_top: int = 3
     cutoff_factor: float | None = 10.0  # one sample only for candidates this much slower than the best
+    claim_ttl: float = 120.0      # seconds a claim lives without its owner's heartbeat
+    log_path: str | None = None   # JSON-lines journal of every recorded trial
     progress: bool = True
     command: str = ""
 
@@ -88,54 +92,83 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
     run_id = store.start_run(target, opts.command, opts.strategy, opts.threads)
     flops = workload.flops()
 
-    # Resume: tell the strategy what the database already knows.
-    previous = store.measured(workload.key, target.key, template.name, template.version, opts.threads)
-    prev_cfgs, prev_results = [], []
-    for row in previous.values():
-        prev_cfgs.append(Config.from_json(row.config))
-        prev_results.append(MeasureResult(Status(row.status), samples=list(row.samples)))
-    if prev_cfgs:
-        strategy.tell(prev_cfgs, prev_results)
+    # Resume, and share with concurrent tuners: every config recorded for this workload,
+    # target, template version and thread budget is told to the strategy and never measured
+    # again; the database is read again before every batch, so trials that other processes
+    # record meanwhile count too (toward the budget as well).
+    known: set[str] = set()
+    best_time: float | None = None
 
+    def sync() -> int:
+        nonlocal best_time
+        rows = [r for h, r in store.measured(workload.key, target.key, template.name,
+                                             template.version, opts.threads).items() if h not in known]
+        if rows:
+            known.update(r.config_hash for r in rows)
+            results = [MeasureResult(Status(r.status), samples=list(r.samples)) for r in rows]
+            strategy.tell([Config.from_json(r.config) for r in rows], results)
+            best_time = min([r.median for r in results if r.ok] + ([best_time] if best_time else []),
+                            default=None)
+        return len(rows)
+
+    resumed = sync()
+    log = RunLog(opts.log_path)
     summary = TuneSummary(run_id=run_id, workload_key=workload.key, target_key=target.key,
-                          threads=opts.threads, measured=0, resumed=len(prev_cfgs))
-    best_time = min((r.median for r in prev_results if r.ok), default=None)
+                          threads=opts.threads, measured=0, resumed=resumed)
     since_best = 0
-    progress = _Progress(opts.trials, min(len(prev_cfgs), opts.trials), opts.progress,
+    progress = _Progress(opts.trials, min(resumed, opts.trials), opts.progress,
                          f"tune {workload.kind} {getattr(workload, 'shape_str', '')}".strip())
     own = measurer is None
     measurer = measurer or Measurer(mopts)
+    claims = Claims(store, run_id, workload, target, template.name, template.version,
+                    opts.threads, ttl=opts.claim_ttl)
     try:
-        while True:
-            remaining = opts.trials - summary.resumed - summary.measured
-            if remaining <= 0:
-                summary.stop_reason = "budget"
-                break
-            if opts.timeout is not None and time.perf_counter() - t_start > opts.timeout:
-                summary.stop_reason = "timeout"
-                break
-            if opts.early_stopping and since_best >= opts.early_stopping:
-                summary.stop_reason = "early stopping"
-                break
-            configs = strategy.ask(min(opts.batch_size, remaining))
-            if not configs:
-                summary.stop_reason = "space exhausted"
-                break
-            cutoff = best_time * opts.cutoff_factor if best_time and opts.cutoff_factor else None
-            results = measurer.measure(workload, template, configs, cutoff_s=cutoff)
-            store.add_trials(run_id, workload, target, [
-                TrialRecord(template.name, template.version, c, opts.threads, r, strategy.name)
-                for c, r in zip(configs, results)])
-            strategy.tell(configs, results)
-            summary.measured += len(configs)
-            for r in results:
-                summary.statuses[r.status.value] += 1
-                if r.ok and (best_time is None or r.median < best_time):
-                    best_time, since_best = r.median, 0
-                else:
-                    since_best += 1
-            failures = sum(v for k, v in summary.statuses.items() if k != "OK")
-            progress.update(len(configs), failures, flops / best_time / 1e9 if best_time else None)
+        with claims:
+            idle = 0
+            while True:
+                by_others = sync()
+                if by_others:
+                    progress.update(by_others, sum(v for k, v in summary.statuses.items() if k != "OK"),
+                                    flops / best_time / 1e9 if best_time else None)
+                remaining = opts.trials - len(known)
+                if remaining <= 0:
+                    summary.stop_reason = "budget"
+                    break
+                if opts.timeout is not None and time.perf_counter() - t_start > opts.timeout:
+                    summary.stop_reason = "timeout"
+                    break
+                if opts.early_stopping and since_best >= opts.early_stopping:
+                    summary.stop_reason = "early stopping"
+                    break
+                proposed = strategy.ask(min(opts.batch_size, remaining))
+                if not proposed:
+                    summary.stop_reason = "space exhausted"
+                    break
+                configs = claims.claim(proposed)  # others may be measuring some of them
+                if not configs:
+                    idle += 1
+                    if idle > 50:
+                        summary.stop_reason = "everything left is claimed by other tuners"
+                        break
+                    continue
+                idle = 0
+                cutoff = best_time * opts.cutoff_factor if best_time and opts.cutoff_factor else None
+                results = measurer.measure(workload, template, configs, cutoff_s=cutoff)
+                ids = store.add_trials(run_id, workload, target, [
+                    TrialRecord(template.name, template.version, c, opts.threads, r, strategy.name)
+                    for c, r in zip(configs, results)])
+                log.write(store, ids)
+                known.update(c.hash for c in configs)
+                strategy.tell(configs, results)
+                summary.measured += len(configs)
+                for r in results:
+                    summary.statuses[r.status.value] += 1
+                    if r.ok and (best_time is None or r.median < best_time):
+                        best_time, since_best = r.median, 0
+                    else:
+                        since_best += 1
+                failures = sum(v for k, v in summary.statuses.items() if k != "OK")
+                progress.update(len(configs), failures, flops / best_time / 1e9 if best_time else None)
         progress.close()
 
         _remeasure_top(store, measurer, workload, template, target, opts, run_id)

@@ -26,6 +26,9 @@ def register(sub) -> None:
     p.add_argument("--min-repeat-ms", type=float, default=40.0, help="minimum length of one sample")
     p.add_argument("--run-timeout", type=float, default=60.0, help="seconds before a run is TIMEOUT")
     p.add_argument("--build-timeout", type=float, default=120.0, help="seconds before a build is TIMEOUT")
+    p.add_argument("--log", default="logs/tuning.jsonl",
+                   help="append every recorded trial to this JSON-lines file (default "
+                        "logs/tuning.jsonl; '' for none); `db import` reads it back")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(handler=run)
@@ -62,6 +65,7 @@ def run(args) -> int:
     opts = TuneOptions(strategy=args.strategy, trials=args.trials, timeout=args.timeout,
                        seed=args.seed, threads=threads, batch_size=args.batch_size,
                        early_stopping=args.early_stopping, progress=not args.no_progress,
+                       log_path=args.log or None,
                        command=shlex.join(["python", "-m", "tuner", *sys.argv[1:]]))
     mopts = MeasureOptions(threads=threads, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms,
                            run_timeout=args.run_timeout, build_timeout=args.build_timeout)

@@ -7,6 +7,8 @@ line, and nothing is written. Importing the same file twice adds nothing the sec
 from __future__ import annotations
 
 import json
+import os
+import sys
 from datetime import datetime
 from typing import IO, Any
 
@@ -42,6 +44,30 @@ def trial_to_dict(r: TrialRow) -> dict[str, Any]:
         "p95": r.p95, "gflops": r.gflops, "strategy": r.strategy, "versions": r.versions,
         "run_id": r.run_id, "created_at": r.created_at.isoformat(), "info": r.info,
     }
+
+
+class RunLog:
+    """Appends each recorded trial to a JSON-lines file (the export format, so it can be
+    imported again). The database stays the source of truth: when the file cannot be written
+    (disk full, read-only), one warning is printed, logging stops, and tuning goes on."""
+
+    def __init__(self, path: str | None):
+        self.path = path
+        self.error: str | None = None
+
+    def write(self, store: Store, ids: list[int]) -> None:
+        if not self.path or self.error or not ids:
+            return
+        lines = "".join(json.dumps(trial_to_dict(r), sort_keys=True) + "\n"
+                        for r in store.trials(ids=ids))
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+            with open(self.path, "a") as fh:
+                fh.write(lines)
+        except OSError as exc:
+            self.error = f"cannot write the trial log {self.path}: {exc.strerror or exc}"
+            print(f"tuner: warning: {self.error}; logging stopped, every trial is still "
+                  f"recorded in the database", file=sys.stderr)
 
 
 def export_jsonl(store: Store, out: IO[str], **filters) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 SCHEMA_VERSION = 1
@@ -102,5 +102,32 @@ class TrialRow(Base):
     )
 
 
-__all__ = ["Base", "Meta", "TargetRow", "WorkloadRow", "RunRow", "TrialRow", "SCHEMA_VERSION",
+class ClaimRow(Base):
+    """A candidate being measured right now by some tuner process (possibly on another host).
+
+    Claimed before measuring, deleted in the same transaction that records the trial. A claim
+    expires unless its owner renews it (heartbeat), so a killed tuner's candidates return to
+    the pool; a claim by a dead process on the same host is released at once.
+    """
+
+    __tablename__ = "claim"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workload.id"))
+    target_id: Mapped[int] = mapped_column(ForeignKey("target.id"))
+    template: Mapped[str] = mapped_column(String(64))
+    template_version: Mapped[int] = mapped_column(Integer)
+    threads: Mapped[int] = mapped_column(Integer)
+    config_hash: Mapped[str] = mapped_column(String(16))
+    run_id: Mapped[str] = mapped_column(String(36))
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    expires_at: Mapped[datetime] = mapped_column()
+
+    __table_args__ = (
+        UniqueConstraint("workload_id", "target_id", "template", "template_version", "threads",
+                         "config_hash", name="uq_claim_candidate"),
+    )
+
+
+__all__ = ["ClaimRow", "Base", "Meta", "TargetRow", "WorkloadRow", "RunRow", "TrialRow", "SCHEMA_VERSION",
            "utcnow"]

@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from sqlalchemy import create_engine, event, select
+from sqlalchemy import create_engine, delete, event, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from search_spaces.space import Config
-from tuner.db.models import (SCHEMA_VERSION, Base, Meta, RunRow, TargetRow, TrialRow,
-                             WorkloadRow, utcnow)
+from tuner.db.models import (SCHEMA_VERSION, Base, ClaimRow, Meta, RunRow, TargetRow,
+                             TrialRow, WorkloadRow, utcnow)
 from tuner.errors import DatabaseError
 from tuner.measure.result import MeasureResult, Status
 
@@ -59,6 +59,8 @@ class Best:
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:
+    # Let SQLAlchemy's "begin" event start transactions (below), not the sqlite3 module.
+    dbapi_conn.isolation_level = None
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA busy_timeout=60000")
@@ -100,6 +102,10 @@ class Store:
             raise DatabaseError(f"cannot open database {url!r}: {exc}") from None
         if parsed.get_backend_name() == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
+            # BEGIN IMMEDIATE takes the write lock up front and waits (busy timeout) for it.
+            # A deferred transaction that reads and then writes can fail at once with
+            # "database is locked" when another writer committed in between (WAL snapshot).
+            event.listen(self.engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._init_schema()
 
@@ -190,13 +196,20 @@ class Store:
                     gflops=(flops / st["median"] / 1e9) if st["median"] else None,
                     strategy=r.strategy, versions=dict(target.versions), info=dict(r.result.info)))
             s.add_all(rows)
+            if run_id is not None:  # the measured candidates are no longer claimed
+                s.execute(delete(ClaimRow).where(
+                    ClaimRow.run_id == run_id, ClaimRow.workload_id == w.id,
+                    ClaimRow.config_hash.in_([r.config.hash for r in records])))
             s.flush()
             return [row.id for row in rows]
 
     def _trial_query(self, workload_key: str | None = None, target_key: str | None = None,
                      template: str | None = None, template_version: int | None = None,
-                     threads: int | None = None, status: str | None = None):
+                     threads: int | None = None, status: str | None = None,
+                     ids: list[int] | None = None):
         q = select(TrialRow).join(WorkloadRow).join(TargetRow)
+        if ids is not None:
+            q = q.where(TrialRow.id.in_(ids))
         if workload_key is not None:
             q = q.where(WorkloadRow.key == workload_key)
         if target_key is not None:
