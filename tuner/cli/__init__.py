@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "tuner.cli.run_cmd",
     "tuner.cli.db_cmd",
     "tuner.cli.passes_cmd",
+    "tuner.cli.replay_cmd",
 ]
 
 
