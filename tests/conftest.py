@@ -61,3 +61,42 @@ def measurer():
                                 run_timeout=8, build_timeout=60, build_workers=2))
     yield m
     m.close()
+
+
+@pytest.fixture(scope="session")
+def pg_base_url():
+    """URL of a PostgreSQL server for the session (started here), or skip with the reason."""
+    url = os.environ.get("TUNER_TEST_PG_URL")
+    if url:
+        yield url
+        return
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        pytest.skip("psycopg not installed (pip install -e '.[test]')")
+    from pg_server import PgServer, Unavailable
+
+    try:
+        server = PgServer()
+        url = server.start()
+    except Unavailable as exc:
+        pytest.skip(f"no PostgreSQL server could be started: {exc}")
+    yield url
+    server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_base_url):
+    """A fresh database on the session's PostgreSQL server for each test."""
+    import uuid
+
+    from sqlalchemy import create_engine, text
+
+    name = "t_" + uuid.uuid4().hex[:12]
+    admin = create_engine(pg_base_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(text(f"CREATE DATABASE {name}"))
+    yield pg_base_url.rsplit("/", 1)[0] + "/" + name
+    with admin.connect() as c:
+        c.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    admin.dispose()

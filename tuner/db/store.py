@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from sqlalchemy import create_engine, delete, event, select
+from sqlalchemy import create_engine, delete, event, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -128,6 +128,9 @@ class Store:
 
     def _init_schema(self) -> None:
         with self.session() as s:
+            if self.engine.dialect.name == "postgresql":
+                # several tuners may create the schema at once: one at a time
+                s.execute(text("SELECT pg_advisory_xact_lock(7357001)"))
             Base.metadata.create_all(s.connection())
             row = s.get(Meta, "schema_version")
             if row is None:
