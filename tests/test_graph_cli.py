@@ -77,3 +77,14 @@ def test_module_entry_point():
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "dense + [add -> relu]" in proc.stdout
+
+
+def test_full_constant_dumps_parse_back(capsys):
+    from tuner.graph import parse
+    from tuner.graph.passes import optimize
+    from tuner.graph.text import load
+    assert main(["passes", CONV_BLOCK, "--dump", "--full-constants"]) == 0
+    out = capsys.readouterr().out
+    block = out.split("# ---- IR after FuseOps\n", 1)[1]
+    block = block[:block.index("\n}\n") + 3]
+    assert parse(block) == optimize(load(CONV_BLOCK), 2)
