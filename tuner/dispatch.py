@@ -87,11 +87,15 @@ def select_config(workload, template, store: Store, target: Target | None = None
            f"template {template.name} v{template.version}{elsewhere}")
     if strict:
         raise NoRecordError(f"{msg}; tune it with: {tune_command(workload, threads)}")
+    from tuner.search.model_based import transfer_fallback
+
+    similar = transfer_fallback(workload, template, store, target, threads)
+    config, how = similar or (template.default_config(workload, threads), "the template's default")
     if not quiet:
         _warn_once(("fallback", workload.key, target.key, threads),
-                   f"{msg}; using a fallback configuration, which may be slow. "
+                   f"{msg}; using a fallback configuration ({how}), which may be slow. "
                    f"Tune it with: {tune_command(workload, threads)}")
-    return Selection(template.default_config(workload, threads), "fallback", note=msg)
+    return Selection(config, "fallback", note=f"{msg}; fallback: {how}")
 
 
 def load_kernel(workload, template, config: Config):

@@ -21,6 +21,7 @@ from tuner.db.store import Best, Store, TrialRecord, rank_configs
 from tuner.measure.measurer import MeasureOptions, Measurer
 from tuner.measure.result import MeasureResult, Status, summarize
 from tuner.search import make_strategy
+from tuner.search.model_based import strategy_options
 
 
 @dataclass
@@ -35,6 +36,8 @@ class TuneOptions:
     remeasure_top: int = 3
     cutoff_factor: float | None = 10.0  # one sample only for candidates this much slower than the best
     claim_ttl: float = 120.0      # seconds a claim lives without its owner's heartbeat
+    transfer: bool = True         # model: pre-train on other workloads' records (same target)
+    optuna_storage: str | None = "db"  # tpe: study in the records db ("db"), a URL, or None (memory)
     log_path: str | None = None   # JSON-lines journal of every recorded trial
     progress: bool = True
     command: str = ""
@@ -88,7 +91,9 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
     mopts = measure_opts or MeasureOptions(threads=opts.threads)
     mopts.threads = opts.threads
     space = template.space(workload, opts.threads)
-    strategy = make_strategy(opts.strategy, space, seed=opts.seed)
+    strategy = make_strategy(opts.strategy, space, seed=opts.seed, **strategy_options(
+        opts.strategy, workload, template, store, target, opts.threads,
+        transfer=opts.transfer, optuna_storage=opts.optuna_storage))
     run_id = store.start_run(target, opts.command, opts.strategy, opts.threads)
     flops = workload.flops()
 

@@ -29,6 +29,11 @@ def register(sub) -> None:
     p.add_argument("--log", default="logs/tuning.jsonl",
                    help="append every recorded trial to this JSON-lines file (default "
                         "logs/tuning.jsonl; '' for none); `db import` reads it back")
+    p.add_argument("--no-transfer", action="store_true",
+                   help="model: do not pre-train on other workloads' records (for comparison)")
+    p.add_argument("--optuna-storage", default="db", metavar="URL",
+                   help="tpe: where the Optuna study lives: 'db' (the records database, "
+                        "default; optuna-dashboard can open it), another URL, or 'memory'")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(handler=run)
@@ -65,6 +70,8 @@ def run(args) -> int:
     opts = TuneOptions(strategy=args.strategy, trials=args.trials, timeout=args.timeout,
                        seed=args.seed, threads=threads, batch_size=args.batch_size,
                        early_stopping=args.early_stopping, progress=not args.no_progress,
+                       transfer=not args.no_transfer,
+                       optuna_storage=None if args.optuna_storage == "memory" else args.optuna_storage,
                        log_path=args.log or None,
                        command=shlex.join(["python", "-m", "tuner", *sys.argv[1:]]))
     mopts = MeasureOptions(threads=threads, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms,

@@ -98,3 +98,110 @@ class ModelStrategy(Strategy):
                 picks.append(cfg)
         picks += [c for c in self.sample_unseen(n - len(picks)) if c not in picks]
         return picks[:n]
+
+
+def strategy_options(strategy: str, workload, template, store, target, threads: int,
+                     transfer: bool = True, optuna_storage: str | None = "db") -> dict:
+    """Options the tuner loop passes to a strategy that can use its context.
+
+    ``model``: the template's domain features for this workload and, with ``transfer``, a
+    prior from the records of *other* workloads of the same template (and version) on this
+    target and thread budget. ``tpe``: the Optuna study lives in the records database
+    (``optuna_storage="db"``), in another URL, or in memory (None).
+    """
+    if strategy == "model":
+        from search_spaces.features import bind
+        from tuner.search.cost_model import prior_from_rows
+
+        opts: dict = {"features": bind(template.name, workload.params(), target.caches)}
+        if transfer:
+            rows = store.trials(target_key=target.key, template=template.name,
+                                template_version=template.version, threads=threads)
+            prior = prior_from_rows(rows, workload.key, template.name, target.caches)
+            if prior:
+                opts["prior"] = prior
+        return opts
+    if strategy == "tpe" and optuna_storage:
+        from tuner.search.tpe import study_name_for
+
+        url = store.url if optuna_storage == "db" else optuna_storage
+        return {"storage": url, "study_name": study_name_for(
+            workload.key, target.key, template.name, template.version, threads)}
+    return {}
+
+
+def _param_distance(a: dict, b: dict) -> float | None:
+    """Shape distance of two workloads of one kind: sum of |log2| ratios of numeric params;
+    None when a non-numeric parameter (dtype, layout ...) differs."""
+    import math
+
+    d = 0.0
+    for k in sorted(set(a) | set(b)):
+        x, y = a.get(k), b.get(k)
+        if isinstance(x, (int, float)) and isinstance(y, (int, float)) and x > 0 and y > 0:
+            d += abs(math.log2(x / y))
+        elif x != y:
+            return None
+    return d
+
+
+def _project(space, config) -> Config | None:
+    """``config`` moved onto ``space``: each ordinal knob to its nearest value (log scale for
+    positive ints), other knobs kept; None when the result is not a valid point."""
+    import math
+
+    values = {}
+    for k in space.knobs:
+        v = config.get(k.name, k.values[0])
+        if v not in k.values:
+            if not (k.ordinal and isinstance(v, int) and v > 0
+                    and all(isinstance(x, int) and x > 0 for x in k.values)):
+                return None
+            v = min(k.values, key=lambda x: (abs(math.log2(x / v)), x))
+        values[k.name] = v
+    cfg = Config(values)
+    return cfg if space.is_valid(cfg) else None
+
+
+def transfer_fallback(workload, template, store, target, threads: int,
+                      pool: int = 300, seed: int = 0) -> tuple[Config, str] | None:
+    """A better fallback than the template default for a workload with no record.
+
+    The best config of the most similar tuned workload of the same kind (same target, thread
+    budget and template version), moved onto this workload's space; if none fits, the
+    cost model's pick, trained on all those records, among ``pool`` random configs and the
+    template default. Returns (config, how it was chosen) or None when nothing is recorded.
+    """
+    import random
+
+    others = [b for b in store.best_many(None, target.key, threads, template.name, template.version)
+              if b.workload_key != workload.key and b.workload_key.split(":", 1)[0] == workload.kind]
+    if not others:
+        return None
+    import json
+
+    params = workload.params()
+    ranked = []
+    for b in others:
+        d = _param_distance(params, json.loads(b.workload_key.split(":", 1)[1]))
+        if d is not None:
+            ranked.append((d, b.workload_key, b))
+    space = template.space(workload, threads)
+    for d, key, b in sorted(ranked, key=lambda t: (t[0], t[1])):
+        cfg = _project(space, b.config)
+        if cfg is not None:
+            return cfg, f"the best config of the most similar tuned workload {key}"
+    opts = strategy_options("model", workload, template, store, target, threads, transfer=True)
+    if "prior" not in opts:
+        return None
+    from tuner.search.cost_model import CostModel, Featurizer
+
+    model = CostModel(Featurizer(space, opts["features"]), seed=seed, prior=opts["prior"])
+    model.fit([], [])
+    if not model.fitted:
+        return None
+    rng = random.Random(seed)
+    cands = list(dict.fromkeys([template.default_config(workload, threads)]
+                               + [space.sample(rng) for _ in range(pool)]))
+    best = cands[int(model.predict(cands).argmin())]
+    return best, f"the cost model's pick (trained on {len(opts['prior'])} records of other workloads)"
