@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "tuner.cli.show_cmd",
     "tuner.cli.run_cmd",
     "tuner.cli.db_cmd",
+    "tuner.cli.bench_cmd",
     "tuner.cli.passes_cmd",
     "tuner.cli.replay_cmd",
 ]

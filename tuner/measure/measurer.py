@@ -164,3 +164,7 @@ class Measurer:
         r = self._runner.call("baseline", req, o.run_timeout)
         return MeasureResult(Status(r["status"]), samples=r.get("samples", []),
                              error=r.get("error", ""), info=r.get("info", {}))
+
+    def call_overhead(self, dtype: str = "float32") -> dict:
+        """Median seconds of an empty Numba call and of NumPy's matmul on 1x1 operands."""
+        return self._runner.call("overhead", {"dtype": dtype}, self.opts.run_timeout)

@@ -175,7 +175,27 @@ def baseline(req: dict) -> dict:
     return {"status": "OK", "samples": samples, "info": {**timing, "blas": blas}}
 
 
-JOBS = {"build": build, "run": run, "baseline": baseline, "ping": lambda req: {"status": "OK"}}
+def overhead(req: dict) -> dict:
+    """Fixed cost of one call: an empty Numba function taking three small arrays (dispatch,
+    type checks, unboxing) beside NumPy's ``matmul`` on 1x1 operands (ufunc machinery)."""
+    import numba
+    import numpy as np
+
+    @numba.njit
+    def empty(a, b, c):
+        pass
+
+    dtype = req.get("dtype", "float32")
+    a, b, c = (np.ones((1, 1), dtype=dtype) for _ in range(3))
+    empty(a, b, c)
+    nb, _ = time_callable(lambda: empty(a, b, c), 1, 7, 20.0, 2.0)
+    npy, _ = time_callable(lambda: np.matmul(a, b, out=c), 1, 7, 20.0, 2.0)
+    return {"status": "OK", "numba_call_s": sorted(nb)[len(nb) // 2],
+            "numpy_call_s": sorted(npy)[len(npy) // 2]}
+
+
+JOBS = {"build": build, "run": run, "baseline": baseline, "overhead": overhead,
+        "ping": lambda req: {"status": "OK"}}
 
 
 def serve(read_fd: int, write_fd: int) -> None:

@@ -1,0 +1,42 @@
+"""Benchmarks run end to end on tiny shapes (their speed is not asserted: that is the
+benchmark's job on a quiet machine, not a unit test's)."""
+import json
+
+from test_cli import assert_one_line_error, tuner
+
+
+def test_bench_gemm_writes_json_csv_and_table(db_url, tmp_path):
+    out = tmp_path / "b.json"
+    p = tuner("bench", "gemm", "--shapes", "32x32x32,17x9x5", "--dtypes", "float32,float64",
+              "--threads", "1", "--repeat", "3", "--min-repeat-ms", "2", "--out", str(out), "--db", db_url)
+    assert p.returncode == 0, p.stderr
+    data = json.loads(out.read_text())
+    assert data["target"]["key"] and data["measured_ghz"] > 0 and data["target"]["versions"]["numba"]
+    assert len(data["rows"]) == 4
+    for r in data["rows"]:
+        assert r["status"] == "OK" and r["ratio"] > 0 and r["config_source"] == "fallback"
+        assert len(r["kernel_samples"]) >= 6 and len(r["numpy_samples"]) >= 6  # two rounds each
+    assert (tmp_path / "b.csv").read_text().count("\n") == 5
+    assert "| 1 | float64 | 17x9x5 | fallback |" in p.stdout
+    rep = tuner("bench", "report", str(out))
+    assert rep.returncode == 0 and "call overhead" in rep.stdout
+
+
+def test_bench_ladder_measures_every_step(db_url, tmp_path):
+    out = tmp_path / "l.json"
+    p = tuner("bench", "ladder", "--shape", "48x40x32", "--threads", "1", "--repeat", "3",
+              "--min-repeat-ms", "2", "--out", str(out), "--db", db_url)
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(out.read_text())["rows"]
+    steps = [r["step"] for r in rows]
+    assert steps[:7] == ["naive", "blocking", "vectorization", "loop permutation", "packing",
+                         "write cache", "parallel"] and steps[7].startswith("tuned")
+    for r in rows:
+        assert r["status"] in ("OK", "SKIPPED"), r
+    assert [r["status"] for r in rows].count("OK") >= 7
+
+
+def test_bench_bad_input(db_url):
+    assert_one_line_error(tuner("bench", "gemm", "--shapes", "12xx", "--db", db_url))
+    assert_one_line_error(tuner("bench", "gemm", "--threads", "0", "--db", db_url))
+    assert_one_line_error(tuner("bench", "report", "/nonexistent.json"))

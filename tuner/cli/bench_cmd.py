@@ -1,0 +1,119 @@
+"""``python -m tuner bench gemm | ladder | report``: measured claims, always beside NumPy."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+from tuner.cli.common import add_db_arg, open_store
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="benchmarks against NumPy, measured in the same run")
+    bsub = p.add_subparsers(dest="bench_command", metavar="BENCH")
+    bsub.required = True
+
+    g = bsub.add_parser("gemm", help="tuned GEMM vs NumPy over a list of shapes")
+    g.add_argument("--shapes", default=None, help="comma-separated MxNxK (default: the issue's list)")
+    g.add_argument("--dtypes", default="float32,float64")
+    g.add_argument("--threads", default="1,2", help="comma-separated thread counts")
+    _common(g)
+    g.set_defaults(handler=run_gemm)
+
+    lad = bsub.add_parser("ladder", help="the optimisation ladder as points of the template space")
+    lad.add_argument("--shape", default="1024x1024x1024")
+    lad.add_argument("--dtype", default="float32")
+    lad.add_argument("--threads", type=int, default=None, help="budget (default: all cores)")
+    _common(lad)
+    lad.set_defaults(handler=run_ladder)
+
+    r = bsub.add_parser("report", help="print the markdown table of a result file")
+    r.add_argument("file")
+    r.set_defaults(handler=run_report)
+
+
+def _common(p) -> None:
+    add_db_arg(p)
+    p.add_argument("--tune-trials", type=int, default=0,
+                   help="tune shapes that have no record with this many trials first (0: use fallback)")
+    p.add_argument("--strategy", default="model")
+    p.add_argument("--repeat", type=int, default=7)
+    p.add_argument("--min-repeat-ms", type=float, default=50.0)
+    p.add_argument("--out", default=None, help="result JSON (default logs/bench-<kind>-<time>.json; CSV beside it)")
+
+
+def _ints(text: str, name: str) -> list[int]:
+    from tuner.errors import UsageError
+
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"{name} must be comma-separated integers, got {text!r}") from None
+    if not vals or min(vals) < 1:
+        raise UsageError(f"{name} must be positive integers, got {text!r}")
+    return vals
+
+
+def _out(args, kind: str) -> Path:
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path(args.out or f"logs/bench-{kind}-{stamp}.json")
+
+
+def _mopts(args):
+    from tuner.measure.measurer import MeasureOptions
+
+    return MeasureOptions(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, max_time_s=10.0)
+
+
+def run_gemm(args) -> int:
+    from tuner.bench.gemm_bench import DEFAULT_SHAPES, bench_gemm, table_markdown, write_results
+    from tuner.errors import UsageError
+    from tuner.target import usable_cores
+    from workloads.gemm import Gemm
+
+    shapes = args.shapes.split(",") if args.shapes else DEFAULT_SHAPES
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    for s in shapes:
+        for d in dtypes:
+            Gemm.parse(s, d)  # every bad shape or dtype is reported before any work
+    threads = _ints(args.threads, "--threads")
+    if max(threads) > usable_cores():
+        raise UsageError(f"--threads {max(threads)}: this machine allows 1..{usable_cores()}")
+    data = bench_gemm(shapes, dtypes, threads, open_store(args), args.tune_trials, args.strategy,
+                      _mopts(args))
+    path, csv_path = write_results(data, _out(args, "gemm"))
+    print()
+    print(table_markdown(data))
+    print(f"\nwrote {path} and {csv_path}")
+    return 0
+
+
+def run_ladder(args) -> int:
+    from tuner.bench.gemm_bench import write_results
+    from tuner.bench.ladder import bench_ladder, ladder_markdown
+    from tuner.cli.common import threads_of
+    from workloads.gemm import Gemm
+
+    w = Gemm.parse(args.shape, args.dtype)
+    data = bench_ladder(w, open_store(args), threads_of(args), args.tune_trials, args.strategy, _mopts(args))
+    path = _out(args, "ladder")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, default=str))
+    print()
+    print(ladder_markdown(data))
+    print(f"\nwrote {path}")
+    return 0
+
+
+def run_report(args) -> int:
+    from tuner.bench.gemm_bench import table_markdown
+    from tuner.bench.ladder import ladder_markdown
+    from tuner.errors import UsageError
+
+    try:
+        data = json.loads(Path(args.file).read_text())
+        kind = data["kind"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"{args.file} is not a bench result file ({exc})") from None
+    print(ladder_markdown(data) if kind == "bench-ladder" else table_markdown(data))
+    return 0
