@@ -10,6 +10,7 @@ from workloads.base import Workload
 
 REGISTRY: dict[str, str] = {
     "gemm": "workloads.gemm:Gemm",
+    "conv2d": "workloads.fused:Conv2dGroup", "dense": "workloads.fused:DenseGroup", "injective": "workloads.fused:InjectiveGroup", "fixed": "workloads.fused:FixedGroup",
 }
 
 

@@ -1,0 +1,444 @@
+"""Workloads for fused groups: one per group that FuseOps makes (``workload_for_group``).
+
+Kinds (each registered in ``workloads.REGISTRY``):
+
+- ``conv2d``: a ``conv2d`` anchor (float, groups=1) with its elementwise epilogue;
+- ``dense``: a ``dense`` (data[..., K] x weight[N, K]^T) or 2-D-weight ``matmul``
+  (data[..., K] x weight[K, N]) anchor with its epilogue;
+- ``injective``: elementwise / broadcast / injective groups (chains or small DAGs);
+- ``fixed``: everything else (pools, softmax, lrn, grouped conv, batch_matmul ...).
+
+Parameters are the group description's canonical params (``GroupDescription.params()``: anchor,
+its attributes, input and output types, ordered epilogue), so the key is identical wherever the
+group is described, and weights' values are never part of it. A group whose body is not a
+chain (an injective DAG such as ``concat(relu(a), relu(b))``) also carries its body as
+canonical IR text (values renamed ``p<k>``/``t<k>``). The reference executes the body with
+``tuner.graph``'s NumPy executor; the check's tolerance depends on the dtype, the reduction
+length and how the epilogue propagates the anchor's rounding error.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, ClassVar
+
+import numpy as np
+
+from tuner.errors import UsageError
+from workloads.base import Workload
+
+FLOAT = ("float32", "float64")
+
+
+# -- building the body back from params ------------------------------------------------------
+def _is_chain(params: dict) -> bool:
+    """True when the description alone rebuilds the body (every operand is a parameter or
+    the running value)."""
+    for e in params["epilogue"]:
+        if any(k < 0 for k, *_ in e["others"]):
+            return False
+    if params["anchor"] is None and params["epilogue"]:
+        # An anchor-less chain must start from parameters only (its first op).
+        pass
+    return True
+
+
+def canonical_body_text(body) -> str:
+    """The body as IR text with values renamed p<k> (parameters) and t<k> (ops)."""
+    from tuner.graph.ir import Graph
+    from tuner.graph.text import to_text
+
+    names: dict[str, str] = {}
+    k_in = k_op = 0
+    for n in body.nodes:
+        if n.is_input:
+            names[n.name] = f"p{k_in}"
+            k_in += 1
+        else:
+            names[n.name] = f"t{k_op}"
+            k_op += 1
+    nodes = tuple(n.replace(name=names[n.name], inputs=tuple(names[i] for i in n.inputs))
+                  for n in body.nodes)
+    return to_text(Graph("group", nodes, tuple(names[o] for o in body.outputs)))
+
+
+def build_body(params: dict):
+    """The group's body graph from params (its text when present, else the chain)."""
+    from tuner.graph import GraphBuilder, parse
+    from tuner.graph.errors import GraphError
+
+    try:
+        if params.get("body"):
+            return parse(params["body"])
+        b = GraphBuilder("group")
+        ps = [b.input(f"p{k}", tuple(shape), dtype) for k, (shape, dtype) in enumerate(params["inputs"])]
+        cur = None
+        if params["anchor"] is not None:
+            cur = b.op(params["anchor"], *[ps[i] for i in params["anchor_inputs"]],
+                       **params["anchor_attrs"])
+        for e in params["epilogue"]:
+            inputs = [ps[k] for k, *_ in e["others"]]
+            if e["operand"] >= 0:
+                if cur is None:
+                    raise UsageError("group epilogue refers to a running value before any op")
+                inputs.insert(e["operand"], cur)
+            cur = b.op(e["op"], *inputs, **e["attrs"])
+        if cur is None:
+            raise UsageError("fused group has no ops")
+        g = b.build(cur)
+    except GraphError as exc:
+        raise UsageError(f"cannot rebuild fused group: {exc}") from None
+    out = g.node(g.outputs[0]).type
+    want = (tuple(params["output"][0]), params["output"][1])
+    if (out.shape, out.dtype) != want:
+        raise UsageError(f"fused group rebuilds to {out}, description says {want}")
+    return g
+
+
+# -- the workloads ------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class FusedWorkload(Workload):
+    """A fused group as a workload; ``spec`` is the canonical JSON of its params."""
+
+    spec: str
+
+    kind: ClassVar[str] = "fused"
+
+    def __post_init__(self) -> None:
+        p = self.p  # parse and validate once
+        for key in ("anchor", "anchor_attrs", "anchor_inputs", "epilogue", "inputs", "output", "ops"):
+            if key not in p:
+                raise UsageError(f"{self.kind} workload parameters lack {key!r}")
+        self.body  # noqa: B018 - rebuilding checks the params
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FusedWorkload) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    @cached_property
+    def p(self) -> dict:
+        try:
+            return json.loads(self.spec)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"bad fused workload params: {exc}") from None
+
+    @cached_property
+    def body(self):
+        return build_body(self.p)
+
+    def params(self) -> dict[str, Any]:
+        return json.loads(self.spec)
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> "FusedWorkload":
+        if not isinstance(params, dict):
+            raise UsageError(f"{cls.kind} parameters must be an object")
+        return cls(json.dumps(params, sort_keys=True, separators=(",", ":")))
+
+    # -- types ----------------------------------------------------------------------------
+    @property
+    def dtype(self) -> str:
+        return self.p["output"][1]
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return tuple(self.p["output"][0])
+
+    def input_specs(self):
+        return [(tuple(s), d) for s, d in self.p["inputs"]]
+
+    def output_specs(self):
+        return [(self.out_shape, self.dtype)]
+
+    @property
+    def epilogue(self) -> list[dict]:
+        return self.p["epilogue"]
+
+    @property
+    def anchor(self) -> str | None:
+        return self.p["anchor"]
+
+    @property
+    def attrs(self) -> dict:
+        return self.p["anchor_attrs"]
+
+    @property
+    def shape_str(self) -> str:
+        """Short human description (progress bars, tables)."""
+        ins = ",".join("x".join(map(str, s)) for s, _ in self.p["inputs"][:2])
+        return f"{'+'.join(self.p['ops'])}({ins})"
+
+    def summary(self) -> str:
+        head = self.anchor or self.kind
+        epi = " -> ".join(e["op"] for e in self.epilogue)
+        return head + (f" + [{epi}]" if epi and self.anchor else (f" [{epi}]" if epi else ""))
+
+    # -- inputs, reference, check -----------------------------------------------------------
+    def make_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        arrays = super().make_inputs(seed)
+        if any(op in ("sqrt",) for op in self.p["ops"]):
+            arrays = [np.abs(a) for a in arrays]
+        return arrays
+
+    def reference(self, inputs):
+        from tuner.graph import execute
+
+        return [np.asarray(execute(self.body, list(inputs))[0])]
+
+    def reduction_length(self) -> int:
+        return 1
+
+    def epilogue_flops(self) -> int:
+        n = math.prod(self.out_shape)
+        return n * sum(1 for e in self.epilogue if e["op"] not in _MOVEMENT)
+
+    def _anchor_ref(self, inputs, absolute: bool) -> np.ndarray:
+        from tuner.graph.ops import get_op
+        from tuner.graph.ir import Attrs
+
+        op = get_op(self.anchor)
+        args = [inputs[i].astype(np.float64) for i in self.p["anchor_inputs"]]
+        if absolute:
+            args = [np.abs(a) for a in args]
+        attrs = op.make_attrs(self.attrs)
+        with np.errstate(all="ignore"):
+            return np.asarray(op.compute(args, Attrs(attrs)), dtype=np.float64)
+
+    def _run_epilogue(self, y: np.ndarray, inputs) -> np.ndarray:
+        from tuner.graph.ops import get_op
+
+        for e in self.epilogue:
+            args = [inputs[k].astype(np.float64) for k, *_ in e["others"]]
+            args.insert(e["operand"], y)
+            op = get_op(e["op"])
+            with np.errstate(all="ignore"):
+                y = np.asarray(op.compute(args, op.make_attrs(e["attrs"])), dtype=np.float64)
+        return y
+
+    def tolerance(self, inputs, expected: np.ndarray) -> np.ndarray:
+        """Per-element absolute tolerance.
+
+        With an anchor (or pooling) op: its accumulated rounding is at most about
+        ``(4 sqrt(R) + 16) eps (op applied to |inputs|)`` (R the reduction length, as for
+        GEMM), propagated through the epilogue numerically (the epilogue evaluated at
+        ``y +- e``), plus a few ulps of the result. Without one: a few ulps (data movement
+        is exact; elementwise math differs by an ulp or two between libraries).
+        """
+        dt = np.dtype(self.dtype)
+        ref = np.abs(expected.astype(np.float64))
+        if dt.kind != "f":
+            return np.zeros(expected.shape)
+        eps = float(np.finfo(dt).eps)
+        r = self.reduction_length()
+        if self.anchor is not None and not self.p.get("body"):
+            y = self._anchor_ref(inputs, False)
+            e = (4 * math.sqrt(r) + 16) * eps * self._anchor_ref(inputs, True) + 4 * eps * np.abs(y)
+            f = self._run_epilogue(y, inputs)
+            spread = np.maximum(np.abs(self._run_epilogue(y + e, inputs) - f),
+                                np.abs(self._run_epilogue(y - e, inputs) - f))
+            spread = np.where(np.isfinite(spread), spread, np.inf)
+            return spread + 16 * eps * (ref + np.abs(f)) + 1e-30
+        return (4 * math.sqrt(r) + 16) * eps * (ref + 1e-3)
+
+    def check(self, inputs, outputs, expected):
+        (c,), (ref,) = outputs, expected
+        if c.shape != ref.shape:
+            return f"output shape {c.shape} != expected {ref.shape}"
+        if np.dtype(self.dtype).kind != "f":
+            bad = c.astype(np.int64) != ref.astype(np.int64)
+            if bad.any():
+                i = np.unravel_index(np.argmax(bad), bad.shape)
+                return (f"{int(bad.sum())} of {bad.size} elements differ; first at "
+                        f"{tuple(map(int, i))}: got {c[i]}, expected {ref[i]}")
+            return None
+        finite = np.isfinite(ref)
+        if not np.isfinite(c[finite]).all():
+            n = int((~np.isfinite(c) & finite).sum())
+            return f"{n} of {c.size} elements are NaN/inf (unwritten or overflow)"
+        tol = self.tolerance(inputs, ref)
+        err = np.where(finite, np.abs(c.astype(np.float64) - ref.astype(np.float64)), 0.0)
+        bad = err > tol
+        if bad.any():
+            i = np.unravel_index(np.argmax(err - tol), err.shape)
+            return (f"{int(bad.sum())} of {bad.size} elements outside tolerance; worst at "
+                    f"{tuple(map(int, i))}: got {float(c[i]):.6g}, expected {float(ref[i]):.6g}, "
+                    f"tolerance {float(tol[i]):.3g}")
+        return None
+
+
+_MOVEMENT = {"reshape", "flatten", "transpose", "layout_transform", "concatenate", "expand_dims",
+             "squeeze", "dropout", "constant_of_shape"}
+
+
+@dataclass(frozen=True, eq=False)
+class Conv2dGroup(FusedWorkload):
+    kind: ClassVar[str] = "conv2d"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.anchor != "conv2d":
+            raise UsageError(f"conv2d workload needs a conv2d anchor, got {self.anchor!r}")
+        self.geometry  # noqa: B018
+
+    @cached_property
+    def geometry(self) -> dict:
+        """N, C, H, W, O, KH, KW, OH, OW, strides, padding, dilation, layouts."""
+        a = self.attrs
+        dl, kl = a["data_layout"], a["kernel_layout"]
+        (xs, _), (ws, _) = (self.p["inputs"][i] for i in self.p["anchor_inputs"])
+        g = {ch: xs[dl.index(ch)] for ch in "NCHW"}
+        k = {ch: ws[kl.index(ch)] for ch in "OIHW"}
+        o = dict(zip(dl, self.out_shape))
+        return {"N": g["N"], "C": g["C"], "H": g["H"], "W": g["W"], "O": k["O"],
+                "KH": k["H"], "KW": k["W"], "OH": o["H"], "OW": o["W"],
+                "SH": a["strides"][0], "SW": a["strides"][1],
+                "PT": a["padding"][0], "PL": a["padding"][1],
+                "DH": a["dilation"][0], "DW": a["dilation"][1], "groups": a["groups"],
+                "data_layout": dl, "kernel_layout": kl}
+
+    def reduction_length(self) -> int:
+        g = self.geometry
+        return g["C"] // g["groups"] * g["KH"] * g["KW"]
+
+    def flops(self) -> int:
+        g = self.geometry
+        return 2 * g["N"] * g["O"] * g["OH"] * g["OW"] * self.reduction_length() + self.epilogue_flops()
+
+
+@dataclass(frozen=True, eq=False)
+class DenseGroup(FusedWorkload):
+    kind: ClassVar[str] = "dense"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.anchor not in ("dense", "matmul"):
+            raise UsageError(f"dense workload needs a dense/matmul anchor, got {self.anchor!r}")
+        self.geometry  # noqa: B018
+
+    @cached_property
+    def geometry(self) -> dict:
+        """M (rows of data), N (outputs), K; ``weight`` 'NK' (dense) or 'KN' (matmul)."""
+        (xs, _), (ws, _) = (self.p["inputs"][i] for i in self.p["anchor_inputs"])
+        if len(ws) != 2 or len(xs) < 1:
+            raise UsageError(f"dense workload needs data[..., K] and a 2-D weight, got {xs} x {ws}")
+        if self.anchor == "dense":
+            n, k, layout = ws[0], ws[1], "NK"
+        else:
+            if len(xs) < 2:
+                raise UsageError("matmul with a 1-D data operand is not a dense workload")
+            k, n, layout = ws[0], ws[1], "KN"
+        return {"M": math.prod(xs[:-1]), "N": n, "K": k, "weight": layout}
+
+    def reduction_length(self) -> int:
+        return self.geometry["K"]
+
+    def flops(self) -> int:
+        g = self.geometry
+        return 2 * g["M"] * g["N"] * g["K"] + self.epilogue_flops()
+
+
+@dataclass(frozen=True, eq=False)
+class InjectiveGroup(FusedWorkload):
+    kind: ClassVar[str] = "injective"
+
+    def flops(self) -> int:
+        return max(1, self.epilogue_flops()) if not self.p.get("body") else \
+            math.prod(self.out_shape) * max(1, sum(1 for o in self.p["ops"] if o not in _MOVEMENT))
+
+
+@dataclass(frozen=True, eq=False)
+class FixedGroup(FusedWorkload):
+    kind: ClassVar[str] = "fixed"
+
+    def main_op(self) -> str:
+        return self.anchor or self.p["ops"][0]
+
+    def reduction_length(self) -> int:
+        a = self.attrs if self.anchor else (self.epilogue[0]["attrs"] if self.epilogue else {})
+        op = self.main_op()
+        if op in ("max_pool2d", "avg_pool2d"):
+            return int(np.prod(a["pool_size"]))
+        if op == "global_avg_pool2d":
+            shp, _ = self.p["inputs"][0]
+            lay = a["layout"]
+            return shp[lay.index("H")] * shp[lay.index("W")]
+        if op == "softmax":
+            shp, _ = self.p["inputs"][0]
+            return shp[a["axis"]]
+        if op == "lrn":
+            return a["size"]
+        if op in ("conv2d",):
+            return Conv2dGroup.reduction_length(self)  # type: ignore[arg-type]
+        if op in ("batch_matmul", "matmul", "dense"):
+            return self.p["inputs"][0][0][-1]
+        return 1
+
+    @property
+    def geometry(self) -> dict:  # used by reduction_length for grouped conv
+        return Conv2dGroup.geometry.func(self)  # type: ignore[attr-defined]
+
+    def flops(self) -> int:
+        out = math.prod(self.out_shape)
+        op = self.main_op()
+        if op in ("conv2d", "batch_matmul", "matmul", "dense"):
+            return 2 * out * self.reduction_length() + self.epilogue_flops()
+        return out * max(1, self.reduction_length()) + self.epilogue_flops()
+
+
+KINDS = {"conv2d": Conv2dGroup, "dense": DenseGroup, "injective": InjectiveGroup, "fixed": FixedGroup}
+
+
+def kind_of(params: dict) -> str:
+    """Which workload kind a described group becomes."""
+    anchor, dtype = params["anchor"], params["output"][1]
+    ins = params["inputs"]
+    if anchor == "conv2d":
+        a = params["anchor_attrs"]
+        if a.get("groups", 1) == 1 and dtype in FLOAT:
+            return "conv2d"
+        return "fixed"
+    if anchor in ("dense", "matmul"):
+        xs, ws = (ins[i][0] for i in params["anchor_inputs"])
+        if dtype in FLOAT and len(ws) == 2 and len(xs) >= (1 if anchor == "dense" else 2):
+            return "dense"
+        return "fixed"
+    if anchor is None and params["kind"] in ("elemwise", "broadcast", "injective"):
+        return "injective"
+    return "fixed"
+
+
+def group_params(node_or_description) -> dict:
+    """Canonical params of a fused node or a ``GroupDescription`` (body text for DAG groups)."""
+    from tuner.graph.fusion import GroupDescription, describe
+    from tuner.graph.errors import GraphError
+    from tuner.graph.ir import Node
+
+    body = None
+    if isinstance(node_or_description, Node):
+        try:
+            desc = describe(node_or_description)
+        except GraphError as exc:
+            raise UsageError(str(exc)) from None
+        body = node_or_description.body
+    elif isinstance(node_or_description, GroupDescription):
+        desc = node_or_description
+    else:
+        raise UsageError(f"workload_for_group needs a fused Node or a GroupDescription, "
+                         f"got {type(node_or_description).__name__}")
+    params = json.loads(desc.key)
+    if not _is_chain(params):
+        if body is None:
+            raise UsageError(f"group {desc.name} ({desc.summary()}) is not a chain; pass the fused "
+                             "node (its body is needed), not only its description")
+        params["body"] = canonical_body_text(body)
+    return params
+
+
+def workload_for_group(node_or_description) -> FusedWorkload:
+    """The workload of one fused group (a fused ``Node`` or a ``GroupDescription``)."""
+    params = group_params(node_or_description)
+    return KINDS[kind_of(params)].from_params(params)
