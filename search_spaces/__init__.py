@@ -7,6 +7,7 @@ from tuner.errors import UsageError
 
 REGISTRY: dict[str, str] = {
     "gemm": "search_spaces.gemm:GemmTemplate",
+    "conv2d": "search_spaces.conv2d:Conv2dTemplate", "dense": "search_spaces.dense:DenseTemplate", "injective": "search_spaces.injective:InjectiveTemplate", "fixed": "search_spaces.fixed:FixedTemplate",
 }
 _INSTANCES: dict[str, object] = {}
 
@@ -32,4 +33,9 @@ def register_template(name: str, template) -> None:
 
 
 def templates_for(kind: str) -> list[str]:
-    return [n for n in REGISTRY if get_template(n).workload_kind == kind]
+    """Template names for a workload kind: the kind's own template (registered under the
+    kind's name) first, then templates registered at run time for that kind. Nothing else is
+    imported, so a template that fails to import cannot break tuning of other kinds."""
+    names = [kind] if kind in REGISTRY else []
+    names += [n for n, t in _INSTANCES.items() if n != kind and t.workload_kind == kind]
+    return names
