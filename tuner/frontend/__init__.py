@@ -1,0 +1,34 @@
+"""Frontends: model files to the graph IR.
+
+- ``tuner.frontend.onnx.load(path) -> Graph``: ONNX (opset 9 and later), needs the optional
+  extra ``pip install 'tuner[onnx]'``.
+- ``tuner.frontend.load_model(path)``: any model file the commands accept (``.onnx`` or the
+  IR text form), every bad input reported as one ``UsageError`` line.
+"""
+from __future__ import annotations
+
+import os
+
+
+def load_model(path: str):
+    """A graph from ``path``: ONNX when it ends in ``.onnx``, else the IR text form."""
+    from tuner.errors import UsageError
+    from tuner.graph.errors import GraphError
+
+    if not os.path.isfile(path):
+        raise UsageError(f"no such file: {path}")
+    if path.endswith(".onnx"):
+        from tuner.frontend.onnx import load
+
+        return load(path)
+    from tuner.graph.text import parse
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {path}: {exc}") from None
+    try:
+        return parse(text)
+    except (UsageError, GraphError) as exc:
+        raise UsageError(f"{path}: {exc}") from None
