@@ -36,6 +36,7 @@ class TuneOptions:
     remeasure_top: int = 3
     cutoff_factor: float | None = 10.0  # one sample only for candidates this much slower than the best
     claim_ttl: float = 120.0      # seconds a claim lives without its owner's heartbeat
+    seed_default: bool = True     # measure the template's default config in the first batch
     transfer: bool = True         # model: pre-train on other workloads' records (same target)
     optuna_storage: str | None = "db"  # tpe: study in the records db ("db"), a URL, or None (memory)
     log_path: str | None = None   # JSON-lines journal of every recorded trial
@@ -55,6 +56,7 @@ class TuneSummary:
     best: Best | None = None
     baseline: MeasureResult | None = None
     wall_time: float = 0.0
+    phase_time: dict = field(default_factory=dict)  # wall seconds: build, run, (search + db)
     stop_reason: str = ""
 
     @property
@@ -117,6 +119,7 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
         return len(rows)
 
     resumed = sync()
+    seed_configs = [template.default_config(workload, opts.threads)] if opts.seed_default else []
     log = RunLog(opts.log_path)
     summary = TuneSummary(run_id=run_id, workload_key=workload.key, target_key=target.key,
                           threads=opts.threads, measured=0, resumed=resumed)
@@ -125,6 +128,7 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
                          f"tune {workload.kind} {getattr(workload, 'shape_str', '')}".strip())
     own = measurer is None
     measurer = measurer or Measurer(mopts)
+    wall0 = dict(measurer.wall)
     claims = Claims(store, run_id, workload, target, template.name, template.version,
                     opts.threads, ttl=opts.claim_ttl)
     try:
@@ -145,7 +149,13 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
                 if opts.early_stopping and since_best >= opts.early_stopping:
                     summary.stop_reason = "early stopping"
                     break
-                proposed = strategy.ask(min(opts.batch_size, remaining))
+                n = min(opts.batch_size, remaining)
+                # The template's default config (the fallback users get) is measured first:
+                # the search then starts from a known-good point instead of a random one.
+                seeds = [c for c in seed_configs if c.hash not in known and c not in strategy.seen][:n]
+                strategy.seen.update(seeds)
+                proposed = seeds + strategy.ask(n - len(seeds))
+                seed_configs = []
                 if not proposed:
                     summary.stop_reason = "space exhausted"
                     break
@@ -176,6 +186,7 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
                 progress.update(len(configs), failures, flops / best_time / 1e9 if best_time else None)
         progress.close()
 
+        summary.phase_time = {k: measurer.wall[k] - wall0[k] for k in wall0}
         _remeasure_top(store, measurer, workload, template, target, opts, run_id)
         summary.baseline = measurer.baseline(workload, opts.threads)
     finally:
@@ -184,6 +195,9 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
             measurer.close()
     summary.best = store.best(workload.key, target.key, opts.threads, template.name, template.version)
     summary.wall_time = time.perf_counter() - t_start
+    if summary.phase_time:
+        summary.phase_time["final remeasure"] = (sum(measurer.wall.values()) - sum(wall0.values())
+                                                 - sum(summary.phase_time.values()))
     base = summary.baseline
     store.finish_run(
         run_id,
@@ -191,7 +205,8 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
                   "info": base.info} if base is not None else {},
         summary={"measured": summary.measured, "resumed": summary.resumed,
                  "statuses": dict(summary.statuses), "stop_reason": summary.stop_reason,
-                 "wall_time": summary.wall_time, "ratio_vs_numpy": summary.ratio,
+                 "wall_time": summary.wall_time, "phase_time": summary.phase_time,
+                 "ratio_vs_numpy": summary.ratio,
                  "best_median": summary.best.median if summary.best else None})
     return summary
 

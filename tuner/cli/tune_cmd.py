@@ -98,6 +98,10 @@ def run(args) -> int:
         return 0 if s.best else 1
     print(f"measured {s.measured} new configs ({s.resumed} resumed from the database) in "
           f"{s.wall_time:.1f} s; stopped: {s.stop_reason}")
+    if s.phase_time:
+        other = s.wall_time - sum(s.phase_time.values())
+        print("time     : " + ", ".join(f"{k} {v:.1f} s" for k, v in s.phase_time.items())
+              + f", search/db/other {other:.1f} s")
     print("statuses : " + (", ".join(f"{k} {v}" for k, v in sorted(s.statuses.items())) or "none new"))
     if s.best is None:
         print("no config ran correctly; nothing to recommend (see `python -m tuner db history`)")

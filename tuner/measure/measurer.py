@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +59,8 @@ class Measurer:
         tag = f"{os.getpid()}"
         self._builders = [Worker(f"build{i}-{tag}", env, log_dir) for i in range(n_build)]
         self._runner = Worker(f"run-{tag}", env, log_dir)
+        # wall seconds spent building (parallel builds count once) and running, for reports
+        self.wall = {"build": 0.0, "run": 0.0}
 
     def close(self) -> None:
         for w in [*self._builders, self._runner]:
@@ -131,8 +134,11 @@ class Measurer:
             else:
                 seen_paths[paths[i]] = i
         n = min(len(self._builders), len(pending)) or 1
+        t0 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=n) as pool:
             list(pool.map(build_loop, self._builders[:n]))
+        self.wall["build"] += time.perf_counter() - t0
+        t0 = time.perf_counter()
         for i in paths:
             if i not in builds:
                 builds[i] = builds[seen_paths[paths[i]]]
@@ -154,6 +160,7 @@ class Measurer:
                 err = "run: " + err
             results[i] = MeasureResult(status, samples=r.get("samples", []), compile_time=ctime,
                                        error=err, info={**r.get("info", {}), "source": paths[i].name})
+        self.wall["run"] += time.perf_counter() - t0
         return results  # type: ignore[return-value]
 
     def baseline(self, workload, threads: int | None = None) -> MeasureResult:
