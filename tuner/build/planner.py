@@ -1,0 +1,85 @@
+"""The memory planner: liveness-based reuse of intermediate buffers.
+
+Each step of a built module writes one value. A value is live from the step that writes it to
+the last step that reads it (graph outputs: to the end). Values that are views of another
+(a reshape run as a view) extend the life of the buffer they look into. Walking the steps in
+order, a value takes the smallest free buffer of its dtype that is large enough, else grows
+the largest free one, else opens a new one; buffers are freed after the step of the last
+read. A step's output never shares a buffer with its inputs (they are live during the step).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Plan:
+    sizes: list[int] = field(default_factory=list)        # bytes of each buffer
+    dtypes: list[str] = field(default_factory=list)
+    assign: dict[str, int] = field(default_factory=dict)  # value -> buffer
+    naive_bytes: int = 0                                   # one buffer per value
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.sizes)
+
+    def allocate(self) -> list[np.ndarray]:
+        return [np.empty(n // np.dtype(d).itemsize, dtype=d) for n, d in zip(self.sizes, self.dtypes)]
+
+
+def plan_memory(steps: list[tuple[str, tuple[str, ...]]], nbytes: dict[str, int],
+                dtypes: dict[str, str], keep: set[str], alias: dict[str, str] | None = None) -> Plan:
+    """Plan buffers for the values written by ``steps`` [(output, inputs)], in order.
+
+    ``nbytes``/``dtypes`` describe every planned value; inputs that are not planned (graph
+    inputs, constants) are ignored. ``keep``: values live to the end (graph outputs).
+    ``alias``: view value -> the value whose buffer it looks into (no buffer of its own).
+    """
+    alias = alias or {}
+
+    def root(v: str) -> str:
+        while v in alias:
+            v = alias[v]
+        return v
+
+    planned = {out for out, _ in steps if out not in alias}
+    last: dict[str, int] = {}
+    for i, (out, ins) in enumerate(steps):
+        last.setdefault(root(out), i)
+        for v in ins:
+            r = root(v)
+            if r in planned:
+                last[r] = max(last.get(r, i), i)
+    end = len(steps)
+    for v in keep:
+        if root(v) in planned:
+            last[root(v)] = end
+
+    plan = Plan()
+    free: list[int] = []
+    releases: dict[int, list[int]] = {}
+    for i, (out, _) in enumerate(steps):
+        for b in releases.pop(i - 1, []):
+            free.append(b)
+        if out in alias:
+            continue
+        need, dt = nbytes[out], dtypes[out]
+        plan.naive_bytes += need
+        same = [b for b in free if plan.dtypes[b] == dt]
+        fits = [b for b in same if plan.sizes[b] >= need]
+        if fits:
+            b = min(fits, key=lambda k: plan.sizes[k])
+        elif same:
+            b = max(same, key=lambda k: plan.sizes[k])
+            plan.sizes[b] = need
+        else:
+            b = len(plan.sizes)
+            plan.sizes.append(need)
+            plan.dtypes.append(dt)
+        if b in free:
+            free.remove(b)
+        plan.assign[out] = b
+        releases.setdefault(last[out], []).append(b)
+    return plan
