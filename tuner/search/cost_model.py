@@ -94,13 +94,16 @@ def group_targets(costs: Sequence[float | None], kind: str = "rank") -> np.ndarr
 class CostModel:
     def __init__(self, featurizer: Featurizer, seed: int = 0, target: str = "rank",
                  prior: Sequence[Sample] = (), prior_weight: float = 0.5,
-                 n_estimators: int = 120, max_depth: int = 4):
+                 n_estimators: int = 120, max_depth: int = 4, ensemble: int = 1,
+                 kappa: float = 1.0):
         self.featurize = featurizer
         self.seed = seed
         self.target = target
         self.prior_weight = prior_weight
         self.n_estimators = n_estimators
         self.max_depth = max_depth
+        self.ensemble = ensemble
+        self.kappa = kappa
         self._model = None
         self._prior_X, self._prior_y = self._prepare_prior(prior)
 
@@ -146,14 +149,26 @@ class CostModel:
         from sklearn.ensemble import GradientBoostingRegressor
 
         X, y, w = np.vstack(parts_X), np.concatenate(parts_y), np.concatenate(parts_w)
-        self._model = GradientBoostingRegressor(
-            n_estimators=self.n_estimators, max_depth=self.max_depth, learning_rate=0.1,
-            subsample=0.8, random_state=self.seed).fit(X, y, sample_weight=w)
+        rng = np.random.default_rng(self.seed)
+        models = []
+        for i in range(self.ensemble):
+            # members after the first see a bootstrap resample: their spread is the uncertainty
+            idx = rng.integers(0, len(y), len(y)) if i else np.arange(len(y))
+            models.append(GradientBoostingRegressor(
+                n_estimators=self.n_estimators, max_depth=self.max_depth, learning_rate=0.1,
+                subsample=0.8, random_state=self.seed + i).fit(X[idx], y[idx], sample_weight=w[idx]))
+        self._model = models
 
     def predict(self, configs: Sequence[Config]) -> np.ndarray:
+        """Predicted score (lower is better); with an ensemble, the optimistic bound
+        mean - kappa * std, so uncertain candidates get explored."""
         if self._model is None:
             raise RuntimeError("cost model not fitted")
-        return self._model.predict(self.featurize(configs))
+        X = self.featurize(configs)
+        preds = np.array([m.predict(X) for m in self._model])
+        if len(preds) == 1:
+            return preds[0]
+        return preds.mean(axis=0) - self.kappa * preds.std(axis=0)
 
 
 def prior_from_rows(rows, exclude_workload: str, template: str,

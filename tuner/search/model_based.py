@@ -41,7 +41,7 @@ class ModelStrategy(Strategy):
     def __init__(self, space, seed=0, pool_size: int = 2000, epsilon: float = 0.1,
                  min_distance: int = 2, warmup: int = 8, features=None, prior=None,
                  prior_weight: float = 0.5, target: str = "rank", n_estimators: int = 120,
-                 **options):
+                 max_depth: int = 4, ensemble: int = 1, kappa: float = 1.0, **options):
         super().__init__(space, seed, **options)
         self.pool_size = pool_size
         self.epsilon = epsilon
@@ -50,7 +50,8 @@ class ModelStrategy(Strategy):
         extra = _CachedFeatures(features) if features is not None else None
         self.model = CostModel(Featurizer(space, extra), seed=seed, target=target,
                                prior=prior or (), prior_weight=prior_weight,
-                               n_estimators=n_estimators)
+                               n_estimators=n_estimators, max_depth=max_depth,
+                               ensemble=ensemble, kappa=kappa)
         self._dirty = True
 
     def _update(self, configs, results):
