@@ -104,7 +104,7 @@ def default_gemm_config(space: ConfigSpace, M: int, N: int, K: int, max_threads:
     vec = 16
     cfg = {"tile_m": pick(space.knob("tile_m").values, 96),
            "tile_n": pick(space.knob("tile_n").values, 256 if nr != 48 else 288),
-           "tile_k": pick(space.knob("tile_k").values, min(K, 512)),
+           "tile_k": pick(space.knob("tile_k").values, K if K <= 1024 else 512),
            "mr": mr, "nr": nr, "vec": vec, "loop_order": "nkm",
            "pack_a": pack_a, "pack_b": pack_b,
            "parallel": "none", "threads": 1}
@@ -172,8 +172,10 @@ class Conv2dTemplate(Template):
             pack_a = pl["a"] != "direct" or pl["K"] > 256
             pack_b = pl["M"] >= 1024
         else:
-            pack_a = False
-            pack_b = True if pl["b"] != "direct" else pl["M"] >= 256
+            # Measured (ResNet-50 shapes, 1 thread): packing the weights pays when both the
+            # weights and the reuse are large; a pointwise image is packed when it is small.
+            pack_a = pl["M"] >= 256 and pl["K"] >= 256 and pl["N"] >= 128
+            pack_b = True if pl["b"] != "direct" else pl["N"] < 1024
         return default_gemm_config(sp, pl["M"], pl["N"], pl["K"], max_threads, pack_a, pack_b)
 
     def codegen(self, workload, config: Config) -> str:
