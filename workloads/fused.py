@@ -173,9 +173,10 @@ class FusedWorkload(Workload):
         return f"{'+'.join(self.p['ops'])}({ins})"
 
     def summary(self) -> str:
-        head = self.anchor or self.kind
+        if not self.anchor:
+            return " -> ".join(self.p["ops"])
         epi = " -> ".join(e["op"] for e in self.epilogue)
-        return head + (f" + [{epi}]" if epi and self.anchor else (f" [{epi}]" if epi else ""))
+        return self.anchor + (f" + [{epi}]" if epi else "")
 
     # -- inputs, reference, check -----------------------------------------------------------
     def make_inputs(self, seed: int = 0) -> list[np.ndarray]:

@@ -17,12 +17,15 @@ import sys
 COMMAND_MODULES = [
     "tuner.cli.target_cmd",
     "tuner.cli.tune_cmd",
+    "tuner.cli.tasks_cmd",
     "tuner.cli.show_cmd",
     "tuner.cli.run_cmd",
     "tuner.cli.db_cmd",
     "tuner.cli.bench_cmd",
     "tuner.cli.passes_cmd",
     "tuner.cli.replay_cmd",
+    "tuner.cli.build_cmd",
+    "tuner.cli.model_cmd",
 ]
 
 

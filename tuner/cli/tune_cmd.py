@@ -11,6 +11,10 @@ from tuner.cli.common import (add_db_arg, add_threads_arg, add_workload_args, fm
 def register(sub) -> None:
     p = sub.add_parser("tune", help="tune a workload and record the results")
     add_workload_args(p)
+    p.add_argument("model", nargs="?", metavar="MODEL",
+                   help="with KIND 'model': the model (.onnx or IR text) whose tasks to tune")
+    p.add_argument("--opt-level", "-O", type=int, default=2, choices=range(4), metavar="N",
+                   help="tune model: graph pass pipeline (default 2, as build)")
     p.add_argument("--strategy", default="model", help="random | grid | tpe | model (default)")
     p.add_argument("--trials", type=int, default=64,
                    help="measured configs for this workload, resumed ones included (default 64)")
@@ -54,6 +58,10 @@ def run(args) -> int:
     from tuner.target import host_target
     from tuner.tuning import TuneOptions, tune
 
+    if args.kind == "model" or args.model is not None:
+        from tuner.cli.tasks_cmd import tune_model_cmd
+
+        return tune_model_cmd(args)
     workload = workload_of(args)
     threads = threads_of(args)
     for name in ("trials", "batch_size", "repeat", "min_repeat_ms", "run_timeout", "build_timeout"):

@@ -1,0 +1,107 @@
+"""``python -m tuner tasks MODEL``: the fused subgraphs of a model as workloads to tune.
+
+One row per distinct workload (equal groups merged): kind, what it computes, occurrences,
+GFLOP per call, time per call (the best record's median, or an estimate) and its estimated
+share of the model's run time, and whether the records database has a config for it on this
+target and thread count. The same pass pipeline as ``build`` (``--opt-level``, default 2) makes
+the groups, so the keys are the ones the builder looks up.
+"""
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    from tuner.cli.common import add_db_arg, add_threads_arg
+
+    p = sub.add_parser("tasks", help="list a model's fused subgraphs as workloads (tuning tasks)")
+    p.add_argument("model", metavar="MODEL", help="model file: .onnx or IR text")
+    p.add_argument("--opt-level", "-O", type=int, default=2, choices=range(4), metavar="N",
+                   help="graph pass pipeline 0..3 (default 2, as build)")
+    add_threads_arg(p)
+    add_db_arg(p)
+    p.add_argument("--keys", action="store_true", help="print each task's workload key")
+    p.add_argument("--json", action="store_true", help="print the tasks as JSON")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    from tuner.cli.common import open_store, print_json, threads_of
+    from tuner.target import host_target
+    from tuner.tasks import extract_tasks, load_graph, shares
+
+    threads = threads_of(args)
+    store, target = open_store(args), host_target()
+    tasks = extract_tasks(load_graph(args.model), opt_level=args.opt_level, store=store,
+                          target=target, threads=threads)
+    share = shares(tasks)
+    rows = [{"task": i, "kind": t.workload.kind, "workload": t.workload.summary(),
+             "occurrences": t.occurrences, "gflop": t.workload.flops() / 1e9,
+             "time_ms": t.time * 1e3, "time_source": t.time_source, "share": s,
+             "tuned": t.tuned, "template": t.template, "key": t.key, "groups": t.groups}
+            for i, (t, s) in enumerate(zip(tasks, share))]
+    if args.json:
+        print_json({"model": args.model, "target": target.key, "threads": threads,
+                    "opt_level": args.opt_level, "tasks": rows})
+        return 0
+    print(f"{args.model}: {len(tasks)} tasks from {sum(t.occurrences for t in tasks)} kernels "
+          f"(opt level {args.opt_level}, target {target.key}, {threads} thread(s))")
+    print(f"{'#':>3} {'kind':9} {'workload':44} {'in':>22} {'occ':>4} {'GFLOP':>7} "
+          f"{'ms/call':>8} {'share':>6}  db")
+    for r, t in zip(rows, tasks):
+        shape = "x".join(map(str, t.workload.input_specs()[0][0]))
+        src = "" if r["time_source"] == "record" else "~"
+        print(f"{r['task']:>3} {r['kind']:9} {r['workload'][:44]:44} {shape[:22]:>22} "
+              f"{r['occurrences']:>4} {r['gflop']:>7.3f} {src + format(r['time_ms'], '.3f'):>8} "
+              f"{r['share'] * 100:>5.1f}%  {'tuned' if r['tuned'] else '-'}")
+        if args.keys:
+            print(f"      {r['key']}")
+    total = sum(t.weight for t in tasks)
+    print(f"estimated latency {total * 1e3:.2f} ms ('~' = estimate at nominal rates, else the "
+          f"best record); {sum(t.tuned for t in tasks)} of {len(tasks)} tasks tuned")
+    return 0
+
+
+def tune_model_cmd(args) -> int:
+    """``python -m tuner tune model MODEL --trials N``: every task of the model, one store."""
+    import shlex
+    import sys
+
+    from tuner.cli.common import open_store, print_json, threads_of
+    from tuner.errors import UsageError
+    from tuner.measure.measurer import MeasureOptions
+    from tuner.search import STRATEGIES
+    from tuner.target import host_target
+    from tuner.tasks import tune_model
+
+    if args.kind != "model" or not args.model:
+        raise UsageError("usage: python -m tuner tune model MODEL.onnx --trials N "
+                         f"(got kind {args.kind!r}, model {args.model!r})")
+    if args.trials is None or args.trials < 1:
+        raise UsageError(f"--trials must be positive, got {args.trials}")
+    if args.strategy not in STRATEGIES:
+        raise UsageError(f"unknown strategy {args.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+    threads = threads_of(args)
+    store, target = open_store(args), host_target()
+    mopts = MeasureOptions(threads=threads, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms,
+                           run_timeout=args.run_timeout, build_timeout=args.build_timeout)
+    echo = (lambda *a, **k: print(*a, file=sys.stderr, **k)) if args.json else print
+    if not args.json:
+        print(f"model    : {args.model} (opt level {args.opt_level})")
+        print(f"target   : {target.key}, {threads} thread(s); db {store.url}")
+        print(f"budget   : {args.trials} trials over the model's tasks, strategy {args.strategy}")
+    report = tune_model(args.model, trials=args.trials, store=store, target=target,
+                        threads=threads, opt_level=args.opt_level, strategy=args.strategy,
+                        round_size=args.batch_size, seed=args.seed, measure_opts=mopts,
+                        progress=False, log_path=args.log or None,
+                        command=shlex.join(["python", "-m", "tuner", *sys.argv[1:]]), echo=echo)
+    if args.json:
+        print_json(report)
+        return 0
+    print(f"\n{'#':>3} {'kind':9} {'workload':40} {'occ':>4} {'trials':>6} {'before ms':>10} {'after ms':>9}")
+    for r in report["tasks"]:
+        print(f"{r['task']:>3} {r['kind']:9} {r['workload'][:40]:40} {r['occurrences']:>4} "
+              f"{r['trials']:>6} {r['time_before_ms']:>10.3f} {r['time_after_ms']:>9.3f}")
+    print(f"spent {report['spent']} of {report['budget']} trials in {report['wall_time_s']:.0f} s; "
+          f"estimated latency {report['estimated_latency_before_ms']:.2f} ms -> "
+          f"{report['estimated_latency_after_ms']:.2f} ms (sum of per-task times x occurrences; "
+          "untuned tasks at their estimate)")
+    return 0

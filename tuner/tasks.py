@@ -1,0 +1,247 @@
+"""Task extraction and the task scheduler: from a model to the workloads worth tuning.
+
+``extract_tasks(graph)`` runs the same pass pipeline the builder runs (``opt_level``, default 2),
+turns every fused group into its workload (``workloads.fused.workload_for_group``) and merges
+equal workloads (same key) into one ``Task`` with its occurrence count. Groups the builder turns
+into views (reshape-only) cost nothing and are not tasks. Each task's time is the best record's
+median in the store (this target and thread count) when there is one, else an estimate
+(FLOPs at a nominal rate per kind, or bytes at a nominal bandwidth, whichever is slower), so the
+share of run time (time x occurrences / total) is known before anything is tuned.
+
+``TaskScheduler`` spends a model's trial budget in rounds: every tunable task first gets one
+round (heaviest first), then each round goes to the task with the largest expected reduction
+of end-to-end latency::
+
+    gain(i) = occurrences(i) * (backward(i) + forward(i))
+    backward(i) = time saved per call by its last round (best before - best after)
+    forward(i)  = best(i) * OPTIMISM / (1 + trials(i) / ROUND)
+
+— the observed progress of the task (TVM's gradient scheduler's backward term) plus an
+optimistic share of its current time that shrinks as it gets more trials. Tasks whose space
+is exhausted or has a single point (fixed kernels) never get rounds.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from tuner.errors import UsageError
+
+VIEW_OPS = frozenset({"reshape", "flatten", "squeeze", "expand_dims"})
+# Nominal single-thread rates for the estimate of untuned tasks (flop/s by kind; bytes/s).
+NOMINAL_FLOPS = {"conv2d": 20e9, "dense": 10e9, "injective": 2e9, "fixed": 1e9, "gemm": 20e9}
+NOMINAL_BANDWIDTH = 5e9
+
+
+@dataclass
+class Task:
+    workload: object
+    template: str
+    occurrences: int
+    groups: list[str] = field(default_factory=list)   # fused node names, in order
+    tuned: bool = False                                # the store has a config
+    time: float = 0.0                                  # seconds per call (record or estimate)
+    time_source: str = "estimate"                      # "record" or "estimate"
+    best_config: str | None = None
+
+    @property
+    def key(self) -> str:
+        return self.workload.key
+
+    @property
+    def weight(self) -> float:
+        return self.time * self.occurrences
+
+
+def is_view(node) -> bool:
+    body = node.body
+    ops = [n for n in body.nodes if n.is_compute]
+    return bool(ops) and len(body.inputs) == 1 and all(n.op in VIEW_OPS for n in ops)
+
+
+def fuse(graph, opt_level: int = 2, layout: str = "NHWC"):
+    """The pipeline the builder runs (``tuner.build.builder.build``)."""
+    from tuner.graph.passes import optimize
+
+    if opt_level == 3:
+        return optimize(graph, opt_level, layout=layout)
+    return optimize(graph, opt_level)
+
+
+def estimate_time(workload) -> float:
+    rate = NOMINAL_FLOPS.get(workload.kind, 1e9)
+    return max(workload.flops() / rate, workload.nbytes() / NOMINAL_BANDWIDTH, 1e-6)
+
+
+def extract_tasks(graph, *, opt_level: int = 2, fused: bool = False, store=None, target=None,
+                  threads: int = 1) -> list[Task]:
+    """Tasks of ``graph`` (already fused when ``fused``), heaviest share first."""
+    from search_spaces import get_template, templates_for
+    from tuner.graph.fusion import fused_groups
+    from workloads.fused import workload_for_group
+
+    g = graph if fused else fuse(graph, opt_level)
+    tasks: dict[str, Task] = {}
+    for node in fused_groups(g):
+        if is_view(node):
+            continue
+        w = workload_for_group(node)
+        t = tasks.get(w.key)
+        if t is None:
+            names = templates_for(w.kind)
+            if not names:
+                raise UsageError(f"no template for workload kind {w.kind!r}")
+            t = tasks[w.key] = Task(w, names[0], 0)
+        t.occurrences += 1
+        t.groups.append(node.name)
+    for t in tasks.values():
+        t.time = estimate_time(t.workload)
+        if store is not None and target is not None:
+            tpl = get_template(t.template)
+            best = store.best(t.key, target.key, threads, tpl.name, tpl.version)
+            if best is not None:
+                t.tuned, t.time, t.time_source = True, best.median, "record"
+                t.best_config = best.config.to_json()
+    return sorted(tasks.values(), key=lambda t: -t.weight)
+
+
+def shares(tasks: list[Task]) -> list[float]:
+    total = sum(t.weight for t in tasks) or 1.0
+    return [t.weight / total for t in tasks]
+
+
+# -- the scheduler --------------------------------------------------------------------------------
+@dataclass
+class TaskState:
+    index: int
+    occurrences: int
+    best: float                  # seconds per call now (record or estimate)
+    capacity: int | None         # valid configs in the space (None: too many to count)
+    trials: int = 0              # trials recorded for it (resumed ones included)
+    previous: float | None = None  # best before its last round
+    rounds: int = 0
+
+    @property
+    def exhausted(self) -> bool:
+        return self.capacity is not None and self.trials >= self.capacity
+
+
+class TaskScheduler:
+    """Which task gets the next round of trials (pure logic: no measuring here)."""
+
+    OPTIMISM = 0.5
+
+    def __init__(self, states: list[TaskState], budget: int, round_size: int = 8):
+        if budget < 0 or round_size < 1:
+            raise UsageError("budget must be >= 0 and the round size >= 1")
+        self.states = states
+        self.budget = budget
+        self.round_size = round_size
+        self.spent = 0
+        self.log: list[tuple[int, int]] = []   # (task index, trials granted)
+
+    def tunable(self) -> list[TaskState]:
+        return [s for s in self.states if not s.exhausted and (s.capacity is None or s.capacity > 1)]
+
+    def gain(self, s: TaskState) -> float:
+        backward = max(0.0, (s.previous or s.best) - s.best)
+        forward = s.best * self.OPTIMISM / (1.0 + s.trials / self.round_size)
+        return s.occurrences * (backward + forward)
+
+    def next(self) -> tuple[TaskState, int] | None:
+        """The task for the next round and how many trials it gets, or None when done."""
+        left = self.budget - self.spent
+        cands = self.tunable()
+        if left <= 0 or not cands:
+            return None
+        fresh = [s for s in cands if s.rounds == 0]
+        if fresh:   # one round each first, heaviest first
+            s = max(fresh, key=lambda s: s.occurrences * s.best)
+        else:
+            s = max(cands, key=self.gain)
+        n = min(self.round_size, left)
+        if s.capacity is not None:
+            n = min(n, s.capacity - s.trials)
+        return s, n
+
+    def update(self, s: TaskState, granted: int, trials: int, best: float | None) -> None:
+        """After a round: the trials now recorded for the task and its best time."""
+        self.spent += granted
+        self.log.append((s.index, granted))
+        s.rounds += 1
+        s.previous = s.best
+        s.trials = max(trials, s.trials + 1)   # a round always makes progress
+        if best is not None:
+            s.best = best
+
+    def allocation(self) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for i, n in self.log:
+            out[i] = out.get(i, 0) + n
+        return out
+
+
+def load_graph(path: str):
+    from tuner.frontend import load_model
+
+    return load_model(path)
+
+
+def tune_model(path: str, *, trials: int, store, target, threads: int, opt_level: int = 2,
+               strategy: str = "model", round_size: int = 8, seed: int = 0, measure_opts=None,
+               progress: bool = False, log_path: str | None = None, command: str = "",
+               echo=print) -> dict:
+    """Tune every task of the model at ``path`` into ``store``; returns the report."""
+    import time
+
+    from search_spaces import get_template
+    from tuner.measure.measurer import MeasureOptions, Measurer
+    from tuner.tuning import TuneOptions, tune
+
+    t0 = time.perf_counter()
+    tasks = extract_tasks(load_graph(path), opt_level=opt_level, store=store, target=target,
+                          threads=threads)
+    states = []
+    for i, t in enumerate(tasks):
+        tpl = get_template(t.template)
+        space = tpl.space(t.workload, threads)
+        recorded = len(store.measured(t.key, target.key, tpl.name, tpl.version, threads))
+        states.append(TaskState(i, t.occurrences, t.time, space.count_valid(limit=200_000), recorded))
+    sched = TaskScheduler(states, trials, round_size)
+    before = sum(s.best * s.occurrences for s in states)
+    mopts = measure_opts or MeasureOptions(threads=threads)
+    measurer = Measurer(mopts)
+    try:
+        while True:
+            pick = sched.next()
+            if pick is None:
+                break
+            s, n = pick
+            t = tasks[s.index]
+            tpl = get_template(t.template)
+            opts = TuneOptions(strategy=strategy, trials=s.trials + n, seed=seed, threads=threads,
+                               batch_size=min(8, n), progress=progress, log_path=log_path,
+                               command=command, remeasure_top=2)
+            summary = tune(t.workload, tpl, store, target, opts, measurer=measurer)
+            best = summary.best.median if summary.best else None
+            sched.update(s, n, summary.measured + summary.resumed, best)
+            echo(f"round {len(sched.log):3d}: task {s.index:2d} x{t.occurrences} "
+                 f"{t.workload.kind:9s} {t.workload.summary()[:38]:38s} +{n} trials "
+                 f"(total {s.trials}), best {_ms(s.best)} ms"
+                 + (f" (was {_ms(s.previous)})" if s.previous and s.previous != s.best else ""))
+    finally:
+        measurer.close()
+    after = sum(s.best * s.occurrences for s in states)
+    alloc = sched.allocation()
+    rows = [{"task": i, "kind": t.workload.kind, "workload": t.workload.summary(),
+             "key": t.key, "occurrences": t.occurrences, "trials": alloc.get(i, 0),
+             "time_before_ms": t.time * 1e3, "time_after_ms": states[i].best * 1e3}
+            for i, t in enumerate(tasks)]
+    return {"model": path, "target": target.key, "threads": threads, "budget": trials,
+            "spent": sched.spent, "estimated_latency_before_ms": before * 1e3,
+            "estimated_latency_after_ms": after * 1e3, "wall_time_s": time.perf_counter() - t0,
+            "tasks": rows}
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x * 1e3:.3f}"
