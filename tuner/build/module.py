@@ -53,8 +53,9 @@ class Summary:
 
     def line(self, model: str = "MODEL") -> str:
         c = self.counts
-        views = f" (+{self.views} reshape{'s' if self.views != 1 else ''} as views)" \
-            if self.views else ""
+        n = self.views
+        views = f" (+{n} reshape{'s' if n != 1 else ''} run as view{'s' if n != 1 else ''})" \
+            if n else ""
         return (f"built {self.name}: {self.kernels} kernels{views}: {c['tuned']} tuned, "
                 f"{c['fallback']} fallback configs, {c['fixed']} fixed, {c['numpy']} numpy; "
                 f"details: python -m tuner build {model} --details")

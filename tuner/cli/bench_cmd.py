@@ -27,6 +27,18 @@ def register(sub) -> None:
     _common(lad)
     lad.set_defaults(handler=run_ladder)
 
+    mb = bsub.add_parser("model", help="model latency: built (groups B-D) vs ONNX Runtime and the NumPy executor")
+    mb.add_argument("model", metavar="MODEL", help="an .onnx model (extra .[onnx])")
+    mb.add_argument("--threads", default="1,2", help="comma-separated thread counts")
+    mb.add_argument("--groups", default="ANBCD",
+                    help="A ONNX Runtime, N NumPy executor, B no passes, C + passes, D + tuned")
+    mb.add_argument("--repeat", type=int, default=20, help="timed runs per contender")
+    mb.add_argument("--seed", type=int, default=0, help="random weights seed")
+    mb.add_argument("--jobs", type=int, default=None, help="compile processes")
+    add_db_arg(mb)
+    mb.add_argument("--out", default=None, help="result JSON (default logs/bench-model-<time>.json)")
+    mb.set_defaults(handler=run_model)
+
     r = bsub.add_parser("report", help="print the markdown table of a result file")
     r.add_argument("file")
     r.set_defaults(handler=run_report)
@@ -105,6 +117,29 @@ def run_ladder(args) -> int:
     return 0
 
 
+def run_model(args) -> int:
+    from tuner.bench.model_bench import bench_model, table_markdown, write_results
+    from tuner.errors import UsageError
+    from tuner.target import usable_cores
+
+    threads = _ints(args.threads, "--threads")
+    if max(threads) > usable_cores():
+        raise UsageError(f"--threads {max(threads)}: this machine allows 1..{usable_cores()}")
+    if not args.groups or set(args.groups) - set("ANBCD"):
+        raise UsageError(f"--groups must be letters of ANBCD, got {args.groups!r}")
+    if not args.model.endswith(".onnx"):
+        raise UsageError(f"bench model compares with ONNX Runtime: give an .onnx model, not {args.model}")
+    if args.repeat < 3:
+        raise UsageError(f"--repeat must be >= 3, got {args.repeat}")
+    data = bench_model(args.model, threads, groups=args.groups, seed=args.seed, repeat=args.repeat,
+                       db=args.db, jobs=args.jobs)
+    path = write_results(data, _out(args, "model"))
+    print()
+    print(table_markdown(data))
+    print(f"\nwrote {path}")
+    return 0
+
+
 def run_report(args) -> int:
     from tuner.bench.gemm_bench import table_markdown
     from tuner.bench.ladder import ladder_markdown
@@ -115,5 +150,10 @@ def run_report(args) -> int:
         kind = data["kind"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"{args.file} is not a bench result file ({exc})") from None
+    if kind == "bench-model":
+        from tuner.bench.model_bench import table_markdown as model_markdown
+
+        print(model_markdown(data))
+        return 0
     print(ladder_markdown(data) if kind == "bench-ladder" else table_markdown(data))
     return 0

@@ -1,0 +1,232 @@
+"""Model build and runtime: the memory planner, build/run against the NumPy executor, the
+fallback summary (tuned / fallback / fixed / numpy), strict mode, no per-run allocation, and
+the build / run-model commands."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tuner
+from tuner.build import Module, plan_memory
+from tuner.errors import NoRecordError
+from tuner.graph import execute, load, random_inputs
+
+ROOT = Path(__file__).resolve().parent.parent
+CONV_BLOCK = str(ROOT / "workloads" / "graphs" / "conv_block.txt")
+
+
+# ---- the memory planner ---------------------------------------------------------------
+
+def _check_plan(steps, nbytes, keep, alias=None):
+    """No two values live at the same time share a buffer; each buffer is large enough."""
+    alias = alias or {}
+    plan = plan_memory(steps, nbytes, {v: "float32" for v in nbytes}, keep, alias)
+
+    def root(v):
+        while v in alias:
+            v = alias[v]
+        return v
+    live = {}
+    for i, (out, ins) in enumerate(steps):
+        live.setdefault(root(out), [i, i])
+        for v in ins:
+            if root(v) in live:
+                live[root(v)][1] = max(live[root(v)][1], i)
+    for v in keep:
+        live[root(v)][1] = len(steps)
+    vals = [v for v in live if v in plan.assign]
+    for a in vals:
+        assert plan.sizes[plan.assign[a]] >= nbytes[a]
+        for b in vals:
+            if a < b and plan.assign[a] == plan.assign[b]:
+                (s1, e1), (s2, e2) = live[a], live[b]
+                assert e1 < s2 or e2 < s1, f"{a} {live[a]} and {b} {live[b]} share a buffer"
+    return plan
+
+
+def test_planner_chain_reuses_two_buffers():
+    steps = [("a", ("x",)), ("b", ("a",)), ("c", ("b",)), ("d", ("c",)), ("e", ("d",))]
+    plan = _check_plan(steps, {v: 100 for v in "abcde"}, {"e"})
+    assert len(plan.sizes) == 2 and plan.total_bytes == 200 and plan.naive_bytes == 500
+
+
+def test_planner_keeps_outputs_and_grows_free_buffers():
+    steps = [("a", ("x",)), ("b", ("a",)), ("c", ("b",)), ("d", ("c", "a"))]
+    plan = _check_plan(steps, {"a": 10, "b": 40, "c": 80, "d": 20}, {"b", "d"})
+    assert plan.assign["b"] not in (plan.assign["c"], plan.assign["d"])
+
+
+def test_planner_views_extend_their_buffer_life():
+    # r is a view of a: a's buffer must survive until r's last reader (d).
+    steps = [("a", ("x",)), ("r", ("a",)), ("b", ("x",)), ("c", ("b",)), ("d", ("r", "c"))]
+    plan = _check_plan(steps, {"a": 64, "b": 64, "c": 64, "d": 64}, {"d"}, {"r": "a"})
+    assert "r" not in plan.assign
+    assert plan.assign["a"] not in (plan.assign["b"], plan.assign["c"])
+
+
+def test_planner_random_dags():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n = int(rng.integers(2, 25))
+        steps, sizes = [], {}
+        for i in range(n):
+            ins = tuple(f"v{j}" for j in rng.choice(i, size=min(i, int(rng.integers(0, 3))),
+                                                    replace=False)) if i else ("x",)
+            steps.append((f"v{i}", ins))
+            sizes[f"v{i}"] = int(rng.integers(1, 1000))
+        keep = {f"v{n - 1}"} | {f"v{int(k)}" for k in rng.choice(n, size=1)}
+        plan = _check_plan(steps, sizes, keep)
+        assert plan.total_bytes <= plan.naive_bytes
+
+
+# ---- build and run --------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def conv_block():
+    return load(CONV_BLOCK)
+
+
+@pytest.fixture(scope="module")
+def built(conv_block, tmp_path_factory):
+    db = f"sqlite:///{tmp_path_factory.mktemp('db') / 'tuning.db'}"
+    return tuner.build(conv_block, threads=1, db=db)
+
+
+def test_built_module_matches_numpy_executor(conv_block, built):
+    x = random_inputs(conv_block, seed=3)
+    expected = execute(conv_block, x)
+    got = built.run(x)
+    assert isinstance(built, Module) and len(got) == len(expected) == 1
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-4, atol=1e-6)
+    # A second input gives a different, still right answer (buffers are reused, not stale).
+    x2 = random_inputs(conv_block, seed=4)
+    np.testing.assert_allclose(built.run({conv_block.inputs[0].name: x2[0]})[0],
+                               execute(conv_block, x2)[0], rtol=1e-4, atol=1e-6)
+
+
+def test_summary_counts_every_group_once(built):
+    s = built.summary
+    kinds = [st.source for st in built.steps]
+    assert s.kernels + s.views == len(built.steps)
+    assert s.counts["fixed"] == kinds.count("fixed") >= 2       # pools, softmax
+    assert s.counts["fallback"] == kinds.count("fallback") >= 3  # convs, dense: nothing tuned
+    assert s.counts["tuned"] == 0 and s.counts["numpy"] == 0
+    assert s.views == 1                                          # the flatten
+    line = s.line("g.txt")
+    assert "\n" not in line and line.startswith("built conv_block: ")
+    assert "0 tuned" in line and "fallback configs" in line and "--details" in line
+    assert s.planned_bytes < s.naive_bytes
+
+
+def _peak(fn) -> int:
+    tracemalloc.start()
+    fn()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return peak
+
+
+def test_run_allocates_nothing_per_call(conv_block, built):
+    """The runtime allocates nothing per run: a run's peak is no more than what the kernels
+    themselves allocate (some templates allocate packing scratch inside the kernel)."""
+    x = random_inputs(conv_block, seed=1)
+    out1 = built.run(x, copy=False)
+    built.run(x, copy=False)
+    kernel_peak = max(_peak(lambda s=s: s.fn(*s.args)) for s in built.steps if s.fn is not None)
+    peak = _peak(lambda: [built.run(x, copy=False) for _ in range(5)])
+    assert built.run(x, copy=False)[0] is out1[0]
+    assert peak < kernel_peak + 16 * 1024, f"a run allocated {peak} bytes (kernels {kernel_peak})"
+    # One activation of this graph is 64 KiB: a runtime allocating outputs would exceed that.
+
+
+def test_runtime_overhead_is_small(conv_block, built):
+    t = built.time(random_inputs(conv_block), repeat=10)
+    assert t.p50 > 0 and t.p95 >= t.p50
+    assert built.overhead() < 0.5 * t.p50
+    prof = built.profile(random_inputs(conv_block), repeat=2)
+    assert len(prof) == built.summary.kernels
+
+
+def test_bad_inputs_are_usage_errors(built):
+    from tuner.errors import UsageError
+
+    with pytest.raises(UsageError, match="must be float32"):
+        built.run([np.zeros((1, 3, 32, 31), np.float32)])
+    with pytest.raises(UsageError, match="takes 1 inputs"):
+        built.run([])
+
+
+def test_strict_build_refuses_fallbacks(conv_block, tmp_path):
+    with pytest.raises(NoRecordError, match="tune it with"):
+        tuner.build(conv_block, threads=1, db=f"sqlite:///{tmp_path / 't.db'}", strict=True)
+
+
+def test_unsupported_group_runs_with_numpy_visibly(conv_block, tmp_path, monkeypatch):
+    import workloads.fused as fused
+
+    real = fused.workload_for_group
+
+    def no_softmax(node):
+        if any(n.op == "softmax" for n in node.body.nodes):
+            raise tuner.errors.UsageError("softmax: not supported here")
+        return real(node)
+
+    monkeypatch.setattr(fused, "workload_for_group", no_softmax)
+    m = tuner.build(conv_block, threads=1, db=f"sqlite:///{tmp_path / 't.db'}")
+    assert m.summary.counts["numpy"] == 1
+    assert "1 numpy" in m.summary.line()
+    (step,) = [s for s in m.steps if s.source == "numpy"]
+    assert "softmax: not supported here" in step.note and "numpy" in m.details()
+    x = random_inputs(conv_block, seed=2)
+    np.testing.assert_allclose(m.run(x)[0], execute(conv_block, x)[0], rtol=1e-4, atol=1e-6)
+
+
+def test_opt_level_zero_builds_one_kernel_per_op(conv_block, tmp_path):
+    m = tuner.build(conv_block, opt_level=0, threads=1, tuned=False)
+    assert m.summary.kernels + m.summary.views > 10
+    assert all(s.source in ("fallback", "fixed", "view") for s in m.steps)
+    x = random_inputs(conv_block, seed=5)
+    np.testing.assert_allclose(m.run(x)[0], execute(conv_block, x)[0], rtol=1e-4, atol=1e-6)
+
+
+# ---- commands -----------------------------------------------------------------------------
+
+def _cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "tuner", *args], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, **(env or {})}, timeout=900)
+
+
+def test_cli_build_summary_and_details(tmp_path):
+    env = {"TUNER_DB": f"sqlite:///{tmp_path / 't.db'}"}
+    r = _cli("build", CONV_BLOCK, "--threads", "1", env=env)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("built conv_block: ")
+    assert "no tuned config" not in r.stderr          # no warning per kernel
+    r = _cli("build", CONV_BLOCK, "--threads", "1", "--details", env=env)
+    assert r.returncode == 0, r.stderr
+    assert "memory plan" in r.stdout and "fallback conv2d" in r.stdout
+    assert "fixed    fixed" in r.stdout and "view" in r.stdout
+    r = _cli("build", CONV_BLOCK, "--threads", "1", "--strict", env=env)
+    assert r.returncode == 2 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+
+
+def test_cli_run_model_prints_p50_p95(tmp_path):
+    r = _cli("run-model", CONV_BLOCK, "--threads", "1", "--repeat", "5",
+             env={"TUNER_DB": f"sqlite:///{tmp_path / 't.db'}"})
+    assert r.returncode == 0, r.stderr
+    assert "p50" in r.stdout and "p95" in r.stdout and "runtime overhead" in r.stdout
+
+
+@pytest.mark.parametrize("args", [["nope.onnx"], [CONV_BLOCK, "--threads", "99"],
+                                  [CONV_BLOCK, "--jobs", "0"]])
+def test_cli_build_bad_input(args):
+    r = _cli("build", *args)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert r.stderr.startswith("error: ")

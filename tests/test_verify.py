@@ -1,0 +1,117 @@
+"""``verify``: the built module against ONNX Runtime on the same (random) weights.
+
+SqueezeNet runs by default; ResNet-50, Inception v1 and VGG-19 compile many kernels on a
+cold cache (a minute or more each) and are marked slow: ``python -m pytest -m slow
+tests/test_verify.py``."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="the optional extra .[onnx] is not installed")
+pytest.importorskip("onnxruntime", reason="onnxruntime (extra .[onnx]) is not installed")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from tuner.build.verify import compare, verify_onnx  # noqa: E402
+from tuner.errors import UsageError  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+
+
+def _verify_cli(model: str, *extra: str, env=None):
+    return subprocess.run([sys.executable, "-m", "tuner", "verify", model, "--threads", "1", *extra],
+                          capture_output=True, text=True, cwd=ROOT, timeout=1800,
+                          env={**os.environ, **(env or {})})
+
+
+def _errors(stdout: str) -> tuple[float, float]:
+    m = re.search(r"max abs error (\S+), max rel error (\S+)", stdout)
+    assert m, stdout
+    return float(m.group(1)), float(m.group(2))
+
+
+def _check_light(name: str, tmp_path) -> None:
+    r = _verify_cli(os.path.join(LIGHT, f"light_{name}.onnx"), "--random-weights", "7",
+                    env={"TUNER_DB": f"sqlite:///{tmp_path / 't.db'}"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith(f"built light_{name}: ") and "PASS" in r.stdout
+    abs_err, rel_err = _errors(r.stdout)
+    assert abs_err < 1e-4 and np.isfinite(rel_err)
+    print(f"{name}: max abs {abs_err:.3g}, max rel {rel_err:.3g}")
+
+
+def test_verify_light_squeezenet(tmp_path):
+    _check_light("squeezenet", tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet50", "inception_v1", "vgg19"])
+def test_verify_light_models(name, tmp_path):
+    _check_light(name, tmp_path)
+
+
+def _small_model(path: Path) -> str:
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1],
+                              kernel_shape=[3, 3]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("GlobalAveragePool", ["r"], ["g"], name="gap"),
+             helper.make_node("Flatten", ["g"], ["f"], name="flat"),
+             helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], name="fc", transB=1)]
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+             for n, s in (("w", (8, 3, 3, 3)), ("b", (8,)), ("wf", (5, 8)), ("bf", (5,)))]
+    g = helper.make_graph(nodes, "small",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return str(path)
+
+
+def test_verify_own_weights_and_failure_exit_code(tmp_path, monkeypatch):
+    model = _small_model(tmp_path / "small.onnx")
+    env = {"TUNER_DB": f"sqlite:///{tmp_path / 't.db'}"}
+    r = _verify_cli(model, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "the model's weights" in r.stdout
+    # An answer off by 1e-3 is caught: the result says so and the command exits 1.
+    from tuner.build.module import Module
+
+    real = Module.run
+    monkeypatch.setattr(Module, "run", lambda self, x, copy=True: [o + 1e-3 for o in real(self, x)])
+    res = verify_onnx(model, seed=1, threads=1, db=env["TUNER_DB"])
+    assert not res.ok and 9e-4 < res.max_abs < 1.1e-3
+
+
+def test_compare_reports_abs_and_rel_errors():
+    e = np.array([1.0, -2.0, 1e-6], np.float32)
+    c = compare("y", e + np.array([1e-5, 0, 1e-5], np.float32), e, 1e-3, 1e-4)
+    assert c.ok and abs(c.max_abs - 1e-5) < 1e-9 and abs(c.max_rel - 1e-5) < 1e-7
+    c = compare("y", e * 1.01, e, 1e-3, 1e-4)
+    assert not c.ok and abs(c.max_rel - 0.01) < 1e-4
+    assert not compare("y", np.full(3, np.nan, np.float32), e, 1e-3, 1e-4).ok
+    assert not compare("y", e[:2], e, 1e-3, 1e-4).ok
+
+
+@pytest.mark.parametrize("args", [["workloads/graphs/mlp.txt"], ["missing.onnx"],
+                                  ["--random-weights", "-1"]])
+def test_verify_bad_input_exit_2(args, tmp_path):
+    if args[0] == "--random-weights":
+        args = [_small_model(tmp_path / "s.onnx"), *args]
+    r = _verify_cli(*args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("error: ")
+
+
+def test_missing_onnxruntime_is_a_usage_error(monkeypatch):
+    from tuner.build.verify import ort_session
+
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    with pytest.raises(UsageError, match="pip install"):
+        ort_session(b"", 1)
