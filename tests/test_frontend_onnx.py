@@ -234,9 +234,11 @@ def test_constant_of_shape_is_an_ir_op_that_fold_constant_removes():
 
 # ---- the light models of the onnx wheel -------------------------------------------------
 
-@pytest.mark.parametrize("name", ["resnet50", "inception_v1", "vgg19", "squeezenet",
-                                  "bvlc_alexnet", "densenet121", "inception_v2", "shufflenet",
-                                  "zfnet512"])
+@pytest.mark.parametrize("name", ["resnet50", "inception_v1", "squeezenet", "densenet121",
+                                  "inception_v2", "shufflenet",
+                                  pytest.param("vgg19", marks=pytest.mark.slow),
+                                  pytest.param("bvlc_alexnet", marks=pytest.mark.slow),
+                                  pytest.param("zfnet512", marks=pytest.mark.slow)])
 def test_light_models_import_and_fold(name):
     g = load(light(name))
     verify(g)
@@ -266,18 +268,20 @@ def test_light_squeezenet_runs_like_onnxruntime_with_random_weights():
 def test_random_weights_are_seeded_and_calibrated():
     from tuner.frontend.onnx_weights import randomize
 
-    base = onnx.load(light("resnet50"))
-    a, b, c = randomize(base, 1), randomize(base, 1), randomize(base, 2)
-    wa = {t.name: numpy_helper.to_array(t) for t in a.graph.initializer}
-    wb = {t.name: numpy_helper.to_array(t) for t in b.graph.initializer}
-    wc = {t.name: numpy_helper.to_array(t) for t in c.graph.initializer}
+    def weights(m):
+        return {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+
+    base = onnx.load(light("squeezenet"))
+    wa, wb, wc = (weights(randomize(base, s)) for s in (1, 1, 2))
     assert wa.keys() == wb.keys() == wc.keys()
     assert all(np.array_equal(wa[k], wb[k]) for k in wa)
-    w = "gpu_0/conv1_w_0"
-    assert wa[w].shape == (64, 3, 7, 7) and not np.array_equal(wa[w], wc[w])
-    assert 0.05 < wa[w].std() < 0.15             # He: sqrt(2 / 147) = 0.117
-    assert (wa["gpu_0/res_conv1_bn_riv_0"] > 0).all()   # variances stay positive
-    assert not any(n.op_type == "ConstantOfShape" for n in a.graph.node)
+    w = "conv1_w_0"
+    assert wa[w].shape == (64, 3, 3, 3) and not np.array_equal(wa[w], wc[w])
+    assert 0.2 < wa[w].std() < 0.35              # He: sqrt(2 / 27) = 0.27
+    # BatchNorm statistics are calibrated: mean/var are those of the BN's input.
+    r = weights(randomize(onnx.load(light("resnet50")), 1))
+    var = r["gpu_0/res_conv1_bn_riv_0"]
+    assert (var > 0).all() and var.std() > 0 and not np.allclose(var, 1.0)
 
 
 # ---- bad input ----------------------------------------------------------------------------
