@@ -7,7 +7,7 @@ The generated kernel is the BLIS/GotoBLAS structure, every choice a knob::
         pack B block into NR-column panels (pack_b; likewise)
         for each NR column strip, for each MR row strip:     (macro-kernel)
             micro_kernel: MR x NR tile of C over the K block  (microkernel, vec, unroll_k,
-                          write_cache, fastmath)
+                          write_cache)
 
 ``parallel`` turns the M or N block loop into ``numba.prange`` wherever it sits in the order.
 Edges: packed panels are zero-padded, so the micro-kernel always computes full tiles and
@@ -38,16 +38,14 @@ def native_lanes(dtype: str) -> int:
 
 
 def _tile_values(dim: int, start: int) -> tuple[int, ...]:
-    """Powers of two and 1.5x powers of two from ``start``, up to the first covering ``dim``."""
-    out = []
-    v = start
-    while True:
-        for t in (v, v * 3 // 2):
-            if t >= start and t not in out:
-                out.append(t)
-                if t >= dim:
-                    return tuple(out)
+    """``start``, then powers of two and 1.5x powers of two from 2*start, up to the first
+    value covering ``dim`` (a tile that large means one block: the loop disappears)."""
+    out = [start]
+    v = 2 * start
+    while out[-1] < dim:
+        out += [t for t in (v, v * 3 // 2) if t > out[-1]][: 1 if v >= dim else 2]
         v *= 2
+    return tuple(out)
 
 
 def _covers(tile: int, dim: int) -> bool:
@@ -56,7 +54,7 @@ def _covers(tile: int, dim: int) -> bool:
 
 class GemmTemplate(Template):
     name = "gemm"
-    version = 2
+    version = 3
     workload_kind = "gemm"
     entry = "kernel"
 
@@ -64,11 +62,10 @@ class GemmTemplate(Template):
     def space(self, workload: Gemm, max_threads: int = 1) -> ConfigSpace:
         w = workload
         L = native_lanes(w.dtype)
-        is_int = w.dtype == "int32"
         knobs = [
             Knob("tile_m", _tile_values(w.M, 16), True, "rows of C per cache block (A block in L2)"),
             Knob("tile_n", _tile_values(w.N, 16), True, "columns of C per cache block (B block in L3/L2)"),
-            Knob("tile_k", _tile_values(w.K, 16), True, "K depth per cache block (B micro-panel in L1)"),
+            Knob("tile_k", _tile_values(w.K, 32), True, "K depth per cache block (B micro-panel in L1)"),
             Knob("mr", (1, 2, 4, 6, 8, 12, 16), True, "rows of the register micro-tile"),
             Knob("nr", (1, L // 2, L, 2 * L, 3 * L, 4 * L), True, "columns of the register micro-tile"),
             Knob("loop_order", LOOP_ORDERS, False, "order of the block loops, outermost first"),
@@ -78,7 +75,6 @@ class GemmTemplate(Template):
             Knob("vec", (L // 2, L), True, "vector lanes of the intrinsic micro-kernel (ymm/zmm)"),
             Knob("unroll_k", (1, 2, 4), True, "unroll factor of the micro-kernel's K loop"),
             Knob("write_cache", (False, True), False, "accumulate the tile locally, store C once"),
-            Knob("fastmath", (False,) if is_int else (False, True), False, "LLVM fast-math flags (FMA contraction, reassociation)"),
             Knob("parallel", ("none", "m", "n"), False, "block loop run with numba.prange"),
             Knob("threads", tuple(range(1, max(1, max_threads) + 1)), True, "Numba threads"),
         ]
@@ -88,10 +84,12 @@ class GemmTemplate(Template):
         L = native_lanes(w.dtype)
 
         def tiles_fit_micro(c):
-            if c["tile_m"] % c["mr"] and not _covers(c["tile_m"], w.M):
-                return f"tile_m={c['tile_m']} is not a multiple of mr={c['mr']}"
-            if c["tile_n"] % c["nr"] and not _covers(c["tile_n"], w.N):
-                return f"tile_n={c['tile_n']} is not a multiple of nr={c['nr']}"
+            # A tile that is not a multiple of the micro-tile only pads its last panel (some
+            # wasted FLOPs, measured like any other cost); one smaller than it is pointless.
+            if c["tile_m"] < c["mr"] and not _covers(c["tile_m"], w.M):
+                return f"tile_m={c['tile_m']} is smaller than mr={c['mr']}"
+            if c["tile_n"] < c["nr"] and not _covers(c["tile_n"], w.N):
+                return f"tile_n={c['tile_n']} is smaller than nr={c['nr']}"
             return None
 
         def registers(c):
@@ -108,15 +106,13 @@ class GemmTemplate(Template):
             if c["microkernel"] == "intrinsic":
                 if c["nr"] % c["vec"]:
                     return f"nr={c['nr']} is not a multiple of vec={c['vec']}"
-                if not (c["pack_a"] and c["pack_b"]):
-                    return "the intrinsic micro-kernel reads packed panels (pack_a and pack_b)"
             elif c["vec"] != L:
                 return f"vec only applies to microkernel='intrinsic' (keep vec={L})"
             return None
 
         def write_cache(c):
-            if not c["write_cache"] and c["microkernel"] != "loops":
-                return "microkernels 'unrolled'/'intrinsic' always keep accumulators in registers"
+            if not c["write_cache"] and c["microkernel"] == "unrolled":
+                return "microkernel 'unrolled' always keeps its accumulators in named scalars"
             return None
 
         def threads(c):
@@ -132,44 +128,57 @@ class GemmTemplate(Template):
 
     # -- defaults and the ladder -----------------------------------------------------------
     def default_config(self, workload: Gemm, max_threads: int = 1) -> Config:
+        """6 x 2L intrinsic micro-kernel on packed panels (the BLIS structure, n/k/m blocks);
+        with threads, the outermost (N) block loop is split so each thread gets equal work."""
         w = workload
         L = native_lanes(w.dtype)
         sp = self.space(w, max_threads)
+        threads = max(1, max_threads)
+        tile_n = 512 if threads == 1 else min(512, -(-w.N // threads))
         cfg = {
-            "tile_m": _pick(sp, "tile_m", 96), "tile_n": _pick(sp, "tile_n", 512),
+            "tile_m": _pick(sp, "tile_m", 96), "tile_n": _pick(sp, "tile_n", tile_n),
             "tile_k": _pick(sp, "tile_k", 256), "mr": 6, "nr": 2 * L,
             "loop_order": "nkm", "pack_a": True, "pack_b": True, "microkernel": "intrinsic",
-            "vec": L, "unroll_k": 1, "write_cache": True, "fastmath": w.dtype != "int32",
-            "parallel": "m" if max_threads > 1 else "none", "threads": max(1, max_threads),
+            "vec": L, "unroll_k": 1, "write_cache": True,
+            "parallel": "n" if threads > 1 else "none", "threads": threads,
         }
         return _repair(sp, cfg)
 
     def ladder(self, workload: Gemm) -> list[tuple[str, Config]]:
-        """REFERENCE.md's optimisation ladder as points of this space (1 thread but 'parallel')."""
+        """REFERENCE.md's optimisation ladder as points of this space, each step adding one
+        idea to the previous one ("tuned" comes from the records database)."""
         w = workload
         L = native_lanes(w.dtype)
         sp = self.space(w, max_threads=2)
-        fm = w.dtype != "int32"
         full = {k: sp.knob(k).values[-1] for k in ("tile_m", "tile_n", "tile_k")}
+        # naive: i/j/k loops, C[i, j] += A[i, k] * B[k, j]
         naive = {**full, "mr": 1, "nr": 1, "loop_order": "mnk", "pack_a": False,
                  "pack_b": False, "microkernel": "loops", "vec": L, "unroll_k": 1,
-                 "write_cache": False, "fastmath": False, "parallel": "none", "threads": 1}
+                 "write_cache": False, "parallel": "none", "threads": 1}
         steps = [("naive", naive)]
+        # blocking: 32 x 32 x 128 cache blocks
         blocking = {**naive, "tile_m": _pick(sp, "tile_m", 32), "tile_n": _pick(sp, "tile_n", 32),
                     "tile_k": _pick(sp, "tile_k", 128)}
         steps.append(("blocking", blocking))
-        vectorization = {**blocking, "nr": L, "fastmath": fm}
+        # vectorization: the inner j loop as one explicit SIMD vector (FMA into C)
+        vectorization = {**blocking, "microkernel": "intrinsic", "nr": L}
         steps.append(("vectorization", vectorization))
-        permutation = {**vectorization, "mr": 4, "loop_order": "nkm",
-                       "tile_m": _pick(sp, "tile_m", 64), "tile_n": _pick(sp, "tile_n", 256)}
+        # loop permutation: K outside an 8-row x 2-vector inner tile (TVM's reorder(ko, mi, ki, ni)),
+        # n/k/m block order (a B block is reused by every M block), larger blocks
+        permutation = {**vectorization, "loop_order": "nkm", "mr": 8, "nr": 2 * L,
+                       "tile_m": _pick(sp, "tile_m", 64),
+                       "tile_n": _pick(sp, "tile_n", 256), "tile_k": _pick(sp, "tile_k", 256)}
         steps.append(("loop permutation", permutation))
+        # packing: contiguous A and B panels
         packing = {**permutation, "pack_a": True, "pack_b": True}
         steps.append(("packing", packing))
-        write_cache = {**packing, "write_cache": True, "nr": 2 * L, "mr": 6,
-                       "tile_m": _pick(sp, "tile_m", 96), "tile_n": _pick(sp, "tile_n", 512),
-                       "tile_k": _pick(sp, "tile_k", 256)}
+        # write cache: a 6 x 2L register tile, C written once per block
+        write_cache = {**packing, "write_cache": True, "mr": 6, "nr": 2 * L,
+                       "tile_m": _pick(sp, "tile_m", 96), "tile_n": _pick(sp, "tile_n", 512)}
         steps.append(("write cache", write_cache))
-        parallel = {**write_cache, "parallel": "m", "threads": 2}
+        # parallel: the outermost (N) block loop over 2 threads
+        parallel = {**write_cache, "parallel": "n", "threads": 2,
+                    "tile_n": _pick(sp, "tile_n", min(512, -(-w.N // 2)))}
         steps.append(("parallel", parallel))
         return [(name, _repair(sp, cfg)) for name, cfg in steps]
 
@@ -197,10 +206,10 @@ def _repair(space: ConfigSpace, cfg: dict) -> Config:
         if reason is None:
             return Config(cfg)
         if reason.startswith("tiles_fit_micro"):
-            # Choose the smallest tile that is a multiple of the micro-tile (or covers the dim).
-            for dim_knob, micro, dim in (("tile_m", "mr", "M"), ("tile_n", "nr", "N")):
+            # The closest tile at least as large as the micro-tile (or covering the dim).
+            for dim_knob, micro in (("tile_m", "mr"), ("tile_n", "nr")):
                 vals = space.knob(dim_knob).values
-                ok = [v for v in vals if v % cfg[micro] == 0 or v == vals[-1]]
+                ok = [v for v in vals if v >= cfg[micro] or v == vals[-1]]
                 if cfg[dim_knob] not in ok:
                     cfg[dim_knob] = min(ok, key=lambda v: abs(v - cfg[dim_knob]))
         elif reason.startswith("registers") and cfg["mr"] > 1:

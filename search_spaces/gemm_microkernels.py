@@ -203,32 +203,57 @@ def micro_unrolled_source(mr: int, nr: int, pack_a: bool, pack_b: bool, fastmath
     return head + _indent(lines)
 
 
-def micro_intrinsic_source(mr: int, nr: int, vec: int, unroll: int) -> list[str]:
-    """Explicit LLVM vectors: MR x (NR/VEC) accumulator registers, packed panels only."""
+def micro_intrinsic_source(mr: int, nr: int, vec: int, unroll: int, pack_a: bool,
+                           pack_b: bool, write_cache: bool) -> list[str]:
+    """Explicit LLVM vectors: each row of the tile is NR/VEC vectors of VEC lanes.
+
+    With ``write_cache`` the MR x NR/VEC accumulators stay in registers for the whole K loop
+    and C is written once; without it every K step loads, updates and stores C.
+    """
     nv = nr // vec
     acc = [[f"c_{r}_{v}" for v in range(nv)] for r in range(mr)]
+    where = "registers" if write_cache else "C itself (no write cache)"
     head = [
         _jit(),
         "def micro_kernel(AA, ai, BB, bj, p0, kc, C, ci, cj, mlen, nlen, first):",
-        f'    """{mr} x {nr} tile of C in {mr * nv} vector registers of {vec} lanes (c_<row>_<vector>).',
+        f'    """{mr} x {nr} tile of C as {mr * nv} vectors of {vec} lanes, accumulated in {where}.',
         "",
-        f"    Per K step: {nv} vector load(s) of the B panel row, {mr} broadcast(s) of A, {mr * nv} FMA(s).",
+        f"    Per K step: {nv} vector load(s) of a B row, {mr} broadcast(s) of A, {mr * nv} FMA(s).",
         '    """',
     ]
-    lines = [f"a = ai * (TILE_K * MR)   # this A panel in the packed block (flat index)",
-             f"b = bj * (TILE_K * NR)   # this B panel"]
-    for r in range(mr):
-        lines.append(" = ".join(acc[r]) + f" = vsplat(ZERO, {vec})")
+    lines = []
+    if pack_a:
+        lines.append("a = ai * (TILE_K * MR)   # this A panel in the packed block (flat index)")
+    if pack_b:
+        lines.append("b = bj * (TILE_K * NR)   # this B panel")
+    if write_cache:
+        for r in range(mr):
+            lines.append(" = ".join(acc[r]) + f" = vsplat(ZERO, {vec})")
 
     def body(p):
-        out = [f"pa = a + ({p}) * MR" if p != "p" else "pa = a + p * MR",
-               f"pb = b + ({p}) * NR" if p != "p" else "pb = b + p * NR"]
-        out += [f"b_{v} = vload(BB, pb + {v * vec}, {vec})" for v in range(nv)]
+        out = []
+        if pack_a:
+            out.append("pa = a + p * MR" if p == "p" else f"pa = a + ({p}) * MR")
+        if pack_b:
+            out.append("pb = b + p * NR" if p == "p" else f"pb = b + ({p}) * NR")
+        for v in range(nv):
+            src = (f"vload(BB, pb + {v * vec}, {vec})" if pack_b
+                   else f"vload2(BB, p0 + {p}, bj + {v * vec}, {vec})")
+            out.append(f"b_{v} = {src}")
         for r in range(mr):
-            out.append(f"a_{r} = vbroadcast(AA, pa + {r}, {vec})")
-            out += [f"{acc[r][v]} = vfma(a_{r}, b_{v}, {acc[r][v]})" for v in range(nv)]
+            src = (f"vbroadcast(AA, pa + {r}, {vec})" if pack_a
+                   else f"vbroadcast2(AA, ai + {r}, p0 + {p}, {vec})")
+            out.append(f"a_{r} = {src}")
+            for v in range(nv):
+                if write_cache:
+                    out.append(f"{acc[r][v]} = vfma(a_{r}, b_{v}, {acc[r][v]})")
+                else:
+                    at = f"ci + {r}, cj + {v * vec}"
+                    out.append(f"vstore2(C, {at}, vfma(a_{r}, b_{v}, vload2(C, {at}, {vec})))")
         return out
     lines += _k_loop(unroll, body)
+    if not write_cache:
+        return head + _indent(lines)
     lines += ["if mlen == MR and nlen == NR:", "    if first:"]
     for r in range(mr):
         lines += [f"        vstore2(C, ci + {r}, cj + {v * vec}, {acc[r][v]})" for v in range(nv)]
@@ -247,7 +272,8 @@ def micro_intrinsic_source(mr: int, nr: int, vec: int, unroll: int) -> list[str]
 # -- dispatch ------------------------------------------------------------------------------
 def extra_imports(c: dict) -> list[str]:
     if c["microkernel"] == "intrinsic":
-        return ["from search_spaces.simd import vadd, vbroadcast, vfma, vload, vload2, vsplat, vstore, vstore2"]
+        return ["from search_spaces.simd import (vadd, vbroadcast, vbroadcast2, vfma, vload, vload2, vsplat,",
+                "                                vstore, vstore2)"]
     return []
 
 
@@ -259,5 +285,6 @@ def micro_kernel_source(c: dict) -> list[str]:
     if kind == "unrolled":
         return micro_unrolled_source(c["mr"], c["nr"], c["pack_a"], c["pack_b"], fm, c["unroll_k"])
     if kind == "intrinsic":
-        return micro_intrinsic_source(c["mr"], c["nr"], c["vec"], c["unroll_k"])
+        return micro_intrinsic_source(c["mr"], c["nr"], c["vec"], c["unroll_k"], c["pack_a"],
+                                      c["pack_b"], c["write_cache"])
     raise InstantiationError(f"micro-kernel formulation {kind!r} is not implemented")

@@ -14,6 +14,7 @@ checks (the generated code computes offsets that are in range by construction).
     vstore(arr, i, v)         arr.flat[i : i+lanes] = v
     vload2(C, i, j, lanes) / vstore2(C, i, j, v)   row i, columns j.. of a 2-D array whose
                               rows are contiguous (any row stride)
+    vbroadcast2(A, i, j, lanes)   A[i, j] in every lane
 
 Importable and cache-safe: a kernel compiled with ``cache=True`` that uses them is loaded
 from Numba's cache by a process that imports this module.
@@ -191,3 +192,14 @@ def vstore2(typingctx, arr, i, j, v):
         builder.store(args[3], _vec_ptr(builder, ptr, args[3].type), align=_align(context, arr.dtype))
         return context.get_dummy_value()
     return types.none(arr, i, j, v), codegen
+
+
+@intrinsic
+def vbroadcast2(typingctx, arr, i, j, lanes):
+    _rows_contiguous(arr, "vbroadcast2")
+    vt = Vec(arr.dtype, _lanes(lanes))
+
+    def codegen(context, builder, sig, args):
+        x = builder.load(_row_ptr(context, builder, sig.args[0], args[0], args[1], args[2]))
+        return _splat(context, builder, vt, x)
+    return vt(arr, i, j, lanes), codegen

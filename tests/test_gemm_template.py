@@ -70,10 +70,10 @@ def test_constraints_reject_before_compile():
     assert sp.is_valid(good)
     assert "threads" in sp.violation(good.replace(parallel="none", threads=2))
     assert "threads" in sp.violation(good.replace(parallel="m", threads=1))
-    assert "multiple" in sp.violation(good.replace(tile_m=64, mr=6))
+    assert "smaller" in sp.violation(good.replace(tile_n=16, nr=32))
     assert "registers" in sp.violation(good.replace(microkernel="unrolled", mr=16, nr=64))
     with pytest.raises(InstantiationError):
-        t.codegen(w, good.replace(tile_m=64, mr=6))
+        t.codegen(w, good.replace(tile_n=16, nr=32))
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 1), (1024, 1024, 1024), (1, 1024, 4096), (2048, 33, 7)])
@@ -102,11 +102,13 @@ def test_ladder_steps():
     assert cfgs["parallel"]["parallel"] != "none" and cfgs["parallel"]["threads"] == 2
 
 
-@pytest.mark.parametrize("shape,dtype", [((17, 33, 65), "float32"), ((9, 70, 31), "int32")])
-def test_ladder_correct(shape, dtype, build_dir):
-    w = Gemm(*shape, dtype)
-    for name, cfg in GemmTemplate().ladder(w):
-        assert _run(w, cfg, build_dir) is None, name
+def test_ladder_correct(build_dir):
+    # one dtype per step keeps the compile count down; every step runs on odd sizes
+    dtypes = ["float32", "int32", "float64"]
+    for i, (name, _) in enumerate(GemmTemplate().ladder(Gemm(17, 33, 65))):
+        w = Gemm(17, 33, 65, dtypes[i % 3])
+        cfg = dict(GemmTemplate().ladder(w))[name]
+        assert _run(w, cfg, build_dir) is None, (name, w.dtype)
 
 
 CASES = [
@@ -140,7 +142,7 @@ def test_random_configs_correct(build_dir):
     for shape, dtype in (((23, 40, 57), "float32"), ((50, 17, 33), "int32")):
         w = Gemm(*shape, dtype)
         sp = t.space(w, max_threads=2)
-        for _ in range(3):
+        for _ in range(2):
             cfg = sp.sample(rng)
             if cfg["microkernel"] == "unrolled":   # keep compile time low
                 cfg = cfg.replace(microkernel="loops")
