@@ -387,6 +387,8 @@ class FixedGroup(FusedWorkload):
         op = self.main_op()
         if op in ("conv2d", "batch_matmul", "matmul", "dense"):
             return 2 * out * self.reduction_length() + self.epilogue_flops()
+        if op == "softmax":
+            return 4 * out + self.epilogue_flops()
         return out * max(1, self.reduction_length()) + self.epilogue_flops()
 
 

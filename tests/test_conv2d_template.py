@@ -1,0 +1,79 @@
+"""conv2d template: every formulation (NCHW/NHWC, pointwise/im2col, packed or in-place
+operands, K blocking, parallel) against the group reference, with a bias/residual/relu epilogue."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from search_spaces import get_template
+from tuner.dispatch import load_kernel
+from tuner.graph import GraphBuilder
+from tuner.graph.fusion import fused_groups
+from tuner.graph.passes import optimize
+from workloads.fused import workload_for_group
+
+
+def conv_workload(C, H, O, k, s, level, residual=True, pad=None):
+    b = GraphBuilder("g")
+    x = b.input("x", (1, C, H, H + 1))
+    rng = np.random.default_rng(0)
+    w = b.const(rng.standard_normal((O, C, k, k)).astype(np.float32))
+    bias = b.const(rng.standard_normal((O, 1, 1)).astype(np.float32))
+    p = k // 2 if pad is None else pad
+    y = b.op("add", b.op("conv2d", x, w, strides=[s, s], padding=[p, p]), bias)
+    if residual:
+        r = b.input("r", b.type_of(y).shape)
+        y = b.op("add", y, r)
+    g = optimize(b.build(b.op("relu", y)), opt_level=level)
+    (w,) = [workload_for_group(n) for n in fused_groups(g) if workload_for_group(n).kind == "conv2d"]
+    return w
+
+
+def check(w, cfg):
+    fn = load_kernel(w, get_template("conv2d"), cfg)
+    x, out = w.make_inputs(), w.make_outputs()
+    fn(*x, *out)
+    return w.check(x, out, w.reference(x))
+
+
+@pytest.mark.parametrize("level,layout", [(2, "NCHW"), (3, "NHWC")])
+def test_im2col_conv_default_and_blocked_configs(level, layout):
+    t = get_template("conv2d")
+    w = conv_workload(5, 9, 20, 3, 2, level)
+    assert w.geometry["data_layout"] == layout
+    d = t.default_config(w, 1)
+    sp = t.space(w, 2)
+    assert sp.is_valid(d)
+    assert check(w, d) is None
+    # Small tiles: several K blocks (first/middle/last store modes), M and N edges.
+    blocked = d.replace(tile_k=16, tile_m=16, tile_n=16, mr=4, nr=16, vec=8, loop_order="kmn",
+                        pack_b=True, parallel="n", threads=2)
+    assert sp.is_valid(blocked), sp.violation(blocked)
+    assert check(w, blocked) is None
+
+
+@pytest.mark.parametrize("level", [2, 3])
+def test_pointwise_conv_reads_operands_in_place(level):
+    t = get_template("conv2d")
+    w = conv_workload(8, 6, 24, 1, 1, level, pad=0)
+    assert t.plan(w)["pointwise"]
+    sp = t.space(w, 1)
+    assert sp.knob("pack_a").values == (False, True) and sp.knob("pack_b").values == (False, True)
+    d = t.default_config(w, 1)
+    cfg = d.replace(pack_a=False, pack_b=False, mr=6, nr=16, vec=16, tile_m=sp.knob("tile_m").values[-1],
+                    tile_n=sp.knob("tile_n").values[-1], tile_k=16, loop_order="mnk")
+    assert sp.is_valid(cfg), sp.violation(cfg)
+    assert check(w, cfg) is None
+
+
+def test_wrong_kernel_is_caught():
+    """The check is not vacuous: a kernel that drops the epilogue's residual fails it."""
+    t = get_template("conv2d")
+    w = conv_workload(4, 5, 8, 3, 1, 2)
+    src = t.codegen(w, t.default_config(w, 1))
+    assert "# add" in src and "relu" in src
+    x, out = w.make_inputs(), w.make_outputs()
+    x[-1][...] = 0  # what a kernel ignoring the residual would compute
+    fn = load_kernel(w, t, t.default_config(w, 1))
+    fn(*x, *out)
+    assert w.check(w.make_inputs(), out, w.reference(w.make_inputs())) is not None

@@ -1,0 +1,148 @@
+"""Fused-group workloads: keys from descriptions, round trips, references, tolerances, kinds;
+and the injective and fixed templates against the group reference."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import workloads
+from search_spaces import get_template, templates_for
+from search_spaces.space import Config
+from tuner.dispatch import load_kernel
+from tuner.errors import InstantiationError, UsageError
+from tuner.graph import GraphBuilder, load, parse
+from tuner.graph.fusion import describe, fused_groups
+from tuner.graph.passes import optimize
+from workloads.fused import workload_for_group
+
+GRAPHS = ["workloads/graphs/conv_block.txt", "workloads/graphs/inception_block.txt",
+          "workloads/graphs/mlp.txt"]
+
+
+def groups(path, level):
+    return fused_groups(optimize(load(path), opt_level=level))
+
+
+def run_kernel(w, template, config):
+    fn = load_kernel(w, template, config)
+    x, out = w.make_inputs(), w.make_outputs()
+    fn(*x, *out)
+    return w.check(x, out, w.reference(x))
+
+
+@pytest.mark.parametrize("level", [2, 3])
+@pytest.mark.parametrize("path", GRAPHS)
+def test_node_and_description_give_one_key_and_it_round_trips(path, level):
+    for node in groups(path, level):
+        w = workload_for_group(node)
+        assert workload_for_group(describe(node)).key == w.key
+        again = workloads.from_key(w.key)
+        assert again.key == w.key and type(again) is type(w)
+        assert w.output_specs() == [(tuple(node.type.shape), node.type.dtype)]
+        assert [s for s, _ in w.input_specs()] == [tuple(p.type.shape) for p in node.body.inputs]
+        assert w.flops() > 0
+        assert templates_for(w.kind), w.kind
+
+
+def test_kinds_of_the_example_groups():
+    kinds = [workload_for_group(n).kind for n in groups(GRAPHS[0], 2)]
+    assert kinds == ["conv2d", "conv2d", "fixed", "fixed", "injective", "dense", "fixed"]
+
+
+def test_key_ignores_weight_values_but_not_shapes():
+    def key(seed, out_ch=8):
+        b = GraphBuilder("g")
+        x = b.input("x", (1, 3, 8, 8))
+        w = b.const(np.random.default_rng(seed).random((out_ch, 3, 3, 3), dtype=np.float32))
+        g = optimize(b.build(b.op("relu", b.op("conv2d", x, w, padding=[1, 1]))), opt_level=2)
+        return workload_for_group(fused_groups(g)[0]).key
+    assert key(1) == key(2)
+    assert key(1) != key(1, out_ch=4)
+
+
+DAG = """
+graph dag(%a: float32[2, 3, 4], %b: float32[2, 3, 4], %c: float32[4]) {
+  %ra = relu(%a)
+  %sb = sigmoid(%b)
+  %m = multiply(%ra, %sb)
+  %s = add(%m, %c)
+  %t = tanh(%s)
+  return %t
+}
+"""
+
+
+def dag_node():
+    (node,) = fused_groups(optimize(parse(DAG), opt_level=2))
+    return node
+
+
+def test_dag_group_carries_its_body_and_needs_the_node():
+    node = dag_node()
+    w = workload_for_group(node)
+    assert w.kind == "injective" and "body" in w.params()
+    x = w.make_inputs()
+    from tuner.graph import execute
+    np.testing.assert_array_equal(w.reference(x)[0], execute(node.body, x)[0])
+    with pytest.raises(UsageError, match="not a chain"):
+        workload_for_group(describe(node))
+
+
+def test_check_catches_wrong_and_unwritten_elements():
+    (node, *_) = groups(GRAPHS[0], 2)
+    w = workload_for_group(node)
+    x = w.make_inputs()
+    ref = w.reference(x)
+    assert w.check(x, ref, ref) is None
+    bad = ref[0].copy()
+    bad[0, 3, 5, 7] += 1e-2 * (1 + abs(bad[0, 3, 5, 7]))
+    assert "outside tolerance" in w.check(x, [bad], ref)
+    bad = ref[0].copy()
+    bad[0, 1, 2, 3] = np.nan
+    assert "NaN" in w.check(x, [bad], ref)
+    # Float32 rounding of a correct summation order passes.
+    noisy = (ref[0].astype(np.float64) * (1 + 2e-7)).astype(np.float32)
+    assert w.check(x, [noisy], ref) is None
+
+
+def test_groups_that_are_not_conv_or_dense_become_fixed():
+    b = GraphBuilder("g")
+    x = b.input("x", (1, 4, 6, 6))
+    w = b.const(np.ones((4, 2, 3, 3), np.float32))
+    y = b.input("y", (2, 3, 5))
+    z = b.input("z", (2, 5, 4))
+    g = optimize(b.build(b.op("conv2d", x, w, groups=2), b.op("batch_matmul", y, z)), opt_level=2)
+    assert [workload_for_group(n).kind for n in fused_groups(g)] == ["fixed", "fixed"]
+    with pytest.raises(InstantiationError):
+        get_template("fixed").codegen(workload_for_group(fused_groups(g)[0]), Config({"threads": 1}))
+
+
+def test_bad_input_is_a_usage_error():
+    with pytest.raises(UsageError):
+        workload_for_group(42)
+    with pytest.raises(UsageError):
+        workloads.from_params("conv2d", {"anchor": "conv2d"})
+    node = groups(GRAPHS[0], 2)[2]  # max_pool2d
+    with pytest.raises(UsageError):
+        workloads.from_params("conv2d", workload_for_group(node).params())
+
+
+def test_injective_template_both_formulations_on_a_dag_and_a_concat():
+    t = get_template("injective")
+    w = workload_for_group(dag_node())
+    assert t.space(w, 2).knob("formulation").values == ("loops", "numpy")
+    for cfg in (t.default_config(w), Config({"formulation": "numpy", "threads": 1}),
+                Config({"formulation": "loops", "threads": 2})):
+        assert run_kernel(w, t, cfg) is None, cfg
+    concat = [workload_for_group(n) for n in groups(GRAPHS[1], 3) if "concatenate" in n.body.name][0]
+    assert t.space(concat).knob("formulation").values == ("numpy",)
+    assert run_kernel(concat, t, t.default_config(concat)) is None
+
+
+def test_fixed_template_pools_softmax_lrn():
+    t = get_template("fixed")
+    ws = [workload_for_group(n) for n in groups(GRAPHS[1], 2)]
+    fixed = {w.key: w for w in ws if w.kind == "fixed"}
+    assert {w.summary() for w in fixed.values()} >= {"max_pool2d", "lrn", "avg_pool2d", "softmax"}
+    for w in fixed.values():
+        assert run_kernel(w, t, t.default_config(w)) is None, w.summary()
