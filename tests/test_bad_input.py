@@ -125,3 +125,30 @@ def test_valid_import_still_works_after_all_that(seeded, tmp_path):
     good.write_text("\n".join(lines) + "\n")
     p = tuner("db", "import", str(good), "--db", f"sqlite:///{tmp_path / 'new.db'}")
     assert p.returncode == 0 and "imported 7 trials" in p.stdout
+
+
+MODEL_COMMANDS = [["build"], ["run-model"], ["verify"], ["tasks"], ["tune", "model"]]
+
+
+@pytest.fixture(scope="module")
+def bad_models(tmp_path_factory):
+    onnx = pytest.importorskip("onnx", reason="onnx extra not installed (pip install -e '.[onnx]')")
+    import os
+
+    d = tmp_path_factory.mktemp("models")
+    light = os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light/light_squeezenet.onnx")
+    data = open(light, "rb").read()
+    (d / "truncated.onnx").write_bytes(data[: len(data) // 2])
+    (d / "text.onnx").write_text("graph g() {}\nthis is not onnx\n")
+    (d / "empty.onnx").write_bytes(b"")
+    return {"truncated": d / "truncated.onnx", "not onnx": d / "text.onnx",
+            "empty": d / "empty.onnx", "missing": d / "missing.onnx"}
+
+
+@pytest.mark.parametrize("cmd", MODEL_COMMANDS, ids=lambda c: " ".join(c))
+@pytest.mark.parametrize("case", ["truncated", "not onnx", "empty", "missing"])
+def test_bad_model_file(seeded, bad_models, cmd, case):
+    url, _, _ = seeded
+    before = digest(url)
+    assert_one_line_error(tuner(*cmd, str(bad_models[case]), "--db", url))
+    assert digest(url) == before
