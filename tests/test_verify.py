@@ -90,10 +90,11 @@ def test_verify_own_weights_and_failure_exit_code(tmp_path, monkeypatch):
 
 
 def test_compare_reports_abs_and_rel_errors():
-    e = np.array([1.0, -2.0, 1e-6], np.float32)
-    c = compare("y", e + np.array([1e-5, 0, 1e-5], np.float32), e, 1e-3, 1e-4)
-    assert c.ok and abs(c.max_abs - 1e-5) < 1e-9 and abs(c.max_rel - 1e-5) < 1e-7
-    c = compare("y", e * 1.01, e, 1e-3, 1e-4)
+    e = np.array([1.0, -2.0, 1e-6], np.float64)
+    c = compare("y", e + np.array([1e-5, 0, 1e-5]), e, 1e-3, 1e-4)
+    # max rel skips |expected| < atol (1e-6 here), where a relative error means nothing
+    assert c.ok and abs(c.max_abs - 1e-5) < 1e-12 and abs(c.max_rel - 1e-5) < 1e-12
+    c = compare("y", e * 1.01, e, 1e-3, 1e-4)  # noqa: the 1e-6 element is within atol
     assert not c.ok and abs(c.max_rel - 0.01) < 1e-4
     assert not compare("y", np.full(3, np.nan, np.float32), e, 1e-3, 1e-4).ok
     assert not compare("y", e[:2], e, 1e-3, 1e-4).ok
