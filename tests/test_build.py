@@ -230,3 +230,19 @@ def test_cli_build_bad_input(args):
     r = _cli("build", *args)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
     assert r.stderr.startswith("error: ")
+
+
+def test_concat_inputs_are_computed_in_place(tmp_path):
+    g = load(str(ROOT / "workloads" / "graphs" / "inception_block.txt"))
+    db = f"sqlite:///{tmp_path / 't.db'}"
+    m = tuner.build(g, threads=1, db=db)
+    copy = tuner.build(g, threads=1, db=db, inplace_concat=False)
+    cats = [s for s in m.steps if "concatenate" in s.label]
+    assert cats and all(s.source == "view" and "(in place)" in s.label for s in cats)
+    assert not any("(in place)" in s.label for s in copy.steps)
+    assert copy.summary.kernels == m.summary.kernels + len(cats)
+    for seed in (0, 1):
+        x = random_inputs(g, seed=seed)
+        expected = execute(g, x)[0]
+        np.testing.assert_allclose(m.run(x)[0], expected, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(copy.run(x)[0], expected, rtol=1e-4, atol=1e-5)

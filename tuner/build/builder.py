@@ -3,7 +3,9 @@
 For each fused group, in order:
 
 1. a group that only reshapes (reshape/flatten/squeeze/expand_dims) becomes a *view* of its
-   input's buffer: no kernel, no copy;
+   input's buffer: no kernel, no copy; a group that only concatenates along an axis whose
+   slices are contiguous (channels at batch 1) is computed *in place*: each input's kernel
+   writes straight into its slice of the output buffer (``inplace_concat``);
 2. otherwise ``workloads.fused.workload_for_group`` gives its workload and
    ``search_spaces.templates_for(kind)[0]`` its template; the config is the best record for
    this target and thread count (``select_config``: "tuned"), or the announced fallback
@@ -77,6 +79,32 @@ def _is_view(node: Node) -> bool:
     body = node.body
     ops = [n for n in body.nodes if n.is_compute]
     return bool(ops) and len(body.inputs) == 1 and all(n.op in VIEW_OPS for n in ops)
+
+
+def _concat_slots(node: Node, kinds: dict[str, str]) -> list[tuple[str, int]] | None:
+    """(input value, element offset) for a group that is one ``concatenate`` whose inputs can
+    all be written in place: contiguous slices, distinct inputs, each computed by a kernel or
+    another in-place concat and not already placed elsewhere. None otherwise."""
+    body = node.body
+    ops = [n for n in body.nodes if n.is_compute]
+    if len(ops) != 1 or ops[0].op != "concatenate":
+        return None
+    cat = ops[0]
+    pidx = {p.name: k for k, p in enumerate(body.inputs)}
+    if any(i not in pidx for i in cat.inputs):
+        return None
+    outer = [node.inputs[pidx[i]] for i in cat.inputs]
+    shape = node.type.shape
+    axis = cat.attrs["axis"] % len(shape)
+    if int(np.prod(shape[:axis])) != 1 or len(set(outer)) != len(outer):
+        return None
+    if any(kinds.get(v) not in ("kernel", "concat") for v in outer):
+        return None
+    slots, off = [], 0
+    for v, p in zip(outer, cat.inputs):
+        slots.append((v, off))
+        off += body.type_of(p).size
+    return slots
 
 
 def _plan_kernel(node: Node, *, threads: int, store, strict: bool, tuned: bool) -> _Kernel:
@@ -160,14 +188,15 @@ def _compile_in_workers(kernels: list[_Kernel], jobs: int, threads: int, cache: 
 
 def build(graph: Graph, *, opt_level: int = 2, threads: int = 1, db: str | None = None,
           store=None, strict: bool = False, tuned: bool = True, jobs: int | None = None,
-          layout: str = "NHWC", name: str | None = None, warmup: bool = True) -> Module:
+          layout: str = "NHWC", name: str | None = None, warmup: bool = True,
+          inplace_concat: bool = True) -> Module:
     """An executable module for ``graph`` (see the module docstring).
 
     ``opt_level``: the pass pipeline (0: no graph optimisation, one op per kernel; 2:
     default). ``threads``: the thread budget records are looked up for and kernels run with.
     ``db``/``store``: the records. ``strict``: a missing record is ``NoRecordError``.
     ``tuned=False``: template defaults everywhere. ``jobs``: compile processes (default:
-    usable cores).
+    usable cores). ``inplace_concat=False`` copies every concatenation (for comparisons).
     """
     from tuner.dispatch import load_kernel, open_store
     from tuner.graph.passes import optimize
@@ -188,10 +217,19 @@ def build(graph: Graph, *, opt_level: int = 2, threads: int = 1, db: str | None 
         raise UsageError(f"build: %{stray[0].name} ({stray[0].op}) is not in a fused group")
     kernels: dict[str, _Kernel] = {}
     views: set[str] = set()
+    kinds: dict[str, str] = {}                      # group -> kernel / view / concat
+    slots: dict[str, tuple[str, int]] = {}          # concat input -> (concat, element offset)
     for node in groups:
+        cat = _concat_slots(node, kinds) if inplace_concat else None
         if _is_view(node):
             views.add(node.name)
+            kinds[node.name] = "view"
+        elif cat is not None and not any(v in slots for v, _ in cat):
+            slots.update({v: (node.name, off) for v, off in cat})
+            views.add(node.name)
+            kinds[node.name] = "concat"
         else:
+            kinds[node.name] = "kernel"
             kernels[node.name] = _plan_kernel(node, threads=threads, store=store, strict=strict,
                                               tuned=tuned)
 
@@ -206,8 +244,9 @@ def build(graph: Graph, *, opt_level: int = 2, threads: int = 1, db: str | None 
     # Memory plan over the values the steps write.
     types = {n.name: n.type for n in g.nodes}
     order = [(n.name, tuple(n.inputs)) for n in groups]
-    alias = {n.name: n.inputs[0] for n in groups if n.name in views}
-    planned = [n.name for n in groups if n.name not in views]
+    alias = {n.name: n.inputs[0] for n in groups if kinds[n.name] == "view"}
+    alias.update({v: c for v, (c, _) in slots.items()})
+    planned = [n.name for n in groups if n.name not in alias]
     plan = plan_memory(order, {v: types[v].nbytes for v in planned},
                        {v: types[v].dtype for v in planned}, set(g.outputs), alias)
     buffers = plan.allocate()
@@ -219,21 +258,32 @@ def build(graph: Graph, *, opt_level: int = 2, threads: int = 1, db: str | None 
             inputs.append((n.name, arrays[n.name]))
         elif n.is_const:
             arrays[n.name] = np.array(n.value.array, copy=True, order="C")  # writable: one signature
-    for v in planned:
-        t = types[v]
-        buf = buffers[plan.assign[v]]
-        arrays[v] = buf[: t.size].reshape(t.shape)
-        if t.size:
-            arrays[v].fill(0)
+
+    def array_of(v: str) -> np.ndarray:
+        """The array of a value: a slice of its buffer, of its concat's, or a view."""
+        a = arrays.get(v)
+        if a is None:
+            t = types[v]
+            if v in slots:
+                cat, off = slots[v]
+                a = array_of(cat).reshape(-1)[off: off + t.size].reshape(t.shape)
+            elif v in alias:
+                a = array_of(alias[v]).reshape(t.shape)
+            else:
+                a = buffers[plan.assign[v]][: t.size].reshape(t.shape)
+                a.fill(0)
+            arrays[v] = a
+        return a
 
     steps: list[Step] = []
     for node in groups:
         if node.name in views:
-            arrays[node.name] = arrays[node.inputs[0]].reshape(node.type.shape)
-            steps.append(Step(node.name, _label(node), "view", "view", None))
+            array_of(node.name)
+            label = _label(node) + (" (in place)" if kinds[node.name] == "concat" else "")
+            steps.append(Step(node.name, label, "view", "view", None))
             continue
         k = kernels[node.name]
-        args = tuple(arrays[i] for i in node.inputs) + (arrays[node.name],)
+        args = tuple(array_of(i) for i in node.inputs) + (array_of(node.name),)
         fn = None
         if k.source != "numpy":
             try:
@@ -247,7 +297,7 @@ def build(graph: Graph, *, opt_level: int = 2, threads: int = 1, db: str | None 
                           getattr(k.template, "name", None),
                           dict(k.config) if k.config is not None else None, k.note))
 
-    outputs = [arrays[o] for o in g.outputs]
+    outputs = [array_of(o) for o in g.outputs]
     counts = {"tuned": 0, "fallback": 0, "fixed": 0, "numpy": 0}
     for s in steps:
         if s.source in counts:

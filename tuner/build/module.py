@@ -54,8 +54,7 @@ class Summary:
     def line(self, model: str = "MODEL") -> str:
         c = self.counts
         n = self.views
-        views = f" (+{n} reshape{'s' if n != 1 else ''} run as view{'s' if n != 1 else ''})" \
-            if n else ""
+        views = f" (+{n} reshape/concat group{'s' if n != 1 else ''} run in place)" if n else ""
         return (f"built {self.name}: {self.kernels} kernels{views}: {c['tuned']} tuned, "
                 f"{c['fallback']} fallback configs, {c['fixed']} fixed, {c['numpy']} numpy; "
                 f"details: python -m tuner build {model} --details")

@@ -6,6 +6,8 @@ the last step that reads it (graph outputs: to the end). Values that are views o
 order, a value takes the smallest free buffer of its dtype that is large enough, else grows
 the largest free one, else opens a new one; buffers are freed after the step of the last
 read. A step's output never shares a buffer with its inputs (they are live during the step).
+A value some earlier steps write into (a concatenation whose inputs are computed in place,
+as views of its slices) takes its buffer when the first of them runs.
 """
 from __future__ import annotations
 
@@ -35,7 +37,8 @@ def plan_memory(steps: list[tuple[str, tuple[str, ...]]], nbytes: dict[str, int]
 
     ``nbytes``/``dtypes`` describe every planned value; inputs that are not planned (graph
     inputs, constants) are ignored. ``keep``: values live to the end (graph outputs).
-    ``alias``: view value -> the value whose buffer it looks into (no buffer of its own).
+    ``alias``: view value -> the value whose buffer it looks into (no buffer of its own); the
+    view may be written before that value's own step (the inputs of an in-place concat).
     """
     alias = alias or {}
 
@@ -45,9 +48,12 @@ def plan_memory(steps: list[tuple[str, tuple[str, ...]]], nbytes: dict[str, int]
         return v
 
     planned = {out for out, _ in steps if out not in alias}
+    first: dict[str, int] = {}
     last: dict[str, int] = {}
     for i, (out, ins) in enumerate(steps):
-        last.setdefault(root(out), i)
+        r = root(out)
+        first.setdefault(r, i)
+        last[r] = max(last.get(r, i), i)
         for v in ins:
             r = root(v)
             if r in planned:
@@ -56,30 +62,33 @@ def plan_memory(steps: list[tuple[str, tuple[str, ...]]], nbytes: dict[str, int]
     for v in keep:
         if root(v) in planned:
             last[root(v)] = end
+    opens: dict[int, list[str]] = {}
+    for r in planned:     # a value opens its buffer when it, or a view into it, is first written
+        opens.setdefault(first[r], []).append(r)
 
     plan = Plan()
     free: list[int] = []
     releases: dict[int, list[int]] = {}
-    for i, (out, _) in enumerate(steps):
+    order = {out: i for i, (out, _) in enumerate(steps)}
+    for i in range(len(steps)):
         for b in releases.pop(i - 1, []):
             free.append(b)
-        if out in alias:
-            continue
-        need, dt = nbytes[out], dtypes[out]
-        plan.naive_bytes += need
-        same = [b for b in free if plan.dtypes[b] == dt]
-        fits = [b for b in same if plan.sizes[b] >= need]
-        if fits:
-            b = min(fits, key=lambda k: plan.sizes[k])
-        elif same:
-            b = max(same, key=lambda k: plan.sizes[k])
-            plan.sizes[b] = need
-        else:
-            b = len(plan.sizes)
-            plan.sizes.append(need)
-            plan.dtypes.append(dt)
-        if b in free:
-            free.remove(b)
-        plan.assign[out] = b
-        releases.setdefault(last[out], []).append(b)
+        for r in sorted(opens.get(i, []), key=order.__getitem__):
+            need, dt = nbytes[r], dtypes[r]
+            plan.naive_bytes += need
+            same = [b for b in free if plan.dtypes[b] == dt]
+            fits = [b for b in same if plan.sizes[b] >= need]
+            if fits:
+                b = min(fits, key=lambda k: plan.sizes[k])
+            elif same:
+                b = max(same, key=lambda k: plan.sizes[k])
+                plan.sizes[b] = need
+            else:
+                b = len(plan.sizes)
+                plan.sizes.append(need)
+                plan.dtypes.append(dt)
+            if b in free:
+                free.remove(b)
+            plan.assign[r] = b
+            releases.setdefault(last[r], []).append(b)
     return plan
