@@ -1,6 +1,7 @@
 """Record a replay table with the real measurement pipeline.
 
     python -m tuner.replay.record --shape 256x256x256 --configs 500 --out workloads/tables/gemm-256x256x256.jsonl.gz
+    python -m tuner.replay.record --import-table gemm-256x256x256 --db sqlite:///logs/tuning.db
 
 A uniform random sample of the template's valid configs (thread budget ``--threads``,
 default 1), plus a few random points of the full product that violate the constraints
@@ -48,9 +49,46 @@ def sample_configs(space, n_valid: int, n_invalid: int, seed: int) -> list[Confi
     return mixed
 
 
+def _source_sha1(template) -> str:
+    """sha1 of the template's module source: a template edited without a version bump still
+    gets a distinguishable table (the header's knob list is what a replay relies on)."""
+    import hashlib
+    import inspect
+
+    try:
+        return hashlib.sha1(inspect.getsource(inspect.getmodule(type(template))).encode()).hexdigest()[:12]
+    except (OSError, TypeError):
+        return ""
+
+
+def import_table(table: Table, store, target) -> int:
+    """Write a table's rows into a records store as trials of one run (command "replay
+    import"), so transfer and the similar-workload fallback can use them. Refused when the
+    table was recorded on another target. Returns the number of rows written."""
+    from tuner.db.store import TrialRecord
+    from tuner.errors import UsageError
+    from workloads import workload_class
+
+    if table.header["target"]["key"] != target.key:
+        raise UsageError(f"table {table.name} was recorded on {table.header['target']['key']}, "
+                         f"not this target {target.key}; not imported")
+    wh = table.header["workload"]
+    w = workload_class(wh["kind"]).from_params(wh["params"])
+    tmpl, threads = table.header["template"], table.header["threads"]
+    run = store.start_run(target, f"replay import {table.name}", "random", threads)
+    store.add_trials(run, w, target, [
+        TrialRecord(tmpl["name"], tmpl["version"], r.config, threads, r.result(), "replay-import")
+        for r in table.rows])
+    store.finish_run(run, summary={"imported": len(table.rows), "table": table.name})
+    return len(table.rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tuner.replay.record")
-    p.add_argument("--shape", required=True)
+    p.add_argument("--import-table", metavar="TABLE", default=None,
+                   help="instead of recording: write TABLE's rows into --db as trials")
+    p.add_argument("--db", default=None, help="records database for --import-table")
+    p.add_argument("--shape")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--template", default="gemm")
     p.add_argument("--configs", type=int, default=500, help="valid configs to sample")
@@ -64,8 +102,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-time-s", type=float, default=1.0)
     p.add_argument("--run-timeout", type=float, default=30.0)
     p.add_argument("--time-budget", type=float, default=1200.0, help="seconds; stop sampling after")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out")
     a = p.parse_args(argv)
+    if a.import_table:
+        from tuner.dispatch import open_store
+        from tuner.target import host_target
+
+        n = import_table(Table.load(a.import_table), open_store(a.db), host_target())
+        print(f"imported {n} rows of {a.import_table}")
+        return 0
+    if not (a.shape and a.out):
+        p.error("recording needs --shape and --out")
 
     from tuner.measure.measurer import MeasureOptions, Measurer
     from tuner.target import host_target
@@ -82,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     header = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "workload": {"kind": w.kind, "key": w.key, "params": w.params(), "flops": w.flops()},
-        "template": {"name": template.name, "version": template.version},
+        "template": {"name": template.name, "version": template.version,
+                     "source_sha1": _source_sha1(template)},
         "threads": a.threads, "knobs": knob_header(space),
         "target": {"key": target.key, "cpu_name": target.cpu_name, "model_name": target.model_name,
                    "caches": dict(target.caches)},
