@@ -35,7 +35,7 @@ import numpy as np
 from tuner import settings
 from tuner.build.module import Module, Step, Summary
 from tuner.build.planner import plan_memory
-from tuner.errors import TunerError, UsageError
+from tuner.errors import NoRecordError, TunerError, UsageError
 from tuner.graph.ir import Graph, Node
 
 VIEW_OPS = frozenset({"reshape", "flatten", "squeeze", "expand_dims"})
@@ -131,9 +131,9 @@ def _plan_kernel(node: Node, *, threads: int, store, strict: bool, tuned: bool) 
         else:
             config, source, note = tpl.default_config(w, threads), "fallback", "untuned build"
         path = write_source(tpl.codegen(w, config))
+    except NoRecordError:
+        raise                                     # --strict: a fallback is an error
     except TunerError as exc:
-        if strict and type(exc).__name__ == "NoRecordError":
-            raise
         return _Kernel(node, w.kind, "numpy", label, w, note=f"no kernel: {_one_line(exc)}")
     except Exception as exc:  # noqa: BLE001 - a codegen bug: visible NumPy fallback
         return _Kernel(node, w.kind, "numpy", label, w, note=f"codegen failed: {_one_line(exc)}")
