@@ -1,7 +1,9 @@
 """Model-based search: a cost model ranks a candidate pool; the best-ranked are measured.
 
-Each round: refit the cost model (``cost_model.CostModel``: gradient boosting on a ranking
-target over knob + domain features) on everything measured, plus records of other
+Each round: refit the cost model (``cost_model.CostModel``: an ensemble of gradient-boosting
+models, the first on all data and the others on bootstrap resamples, with a ranking target
+over knob + domain features; a candidate's score is the optimistic bound mean - kappa * std
+of the members' predictions) on everything measured, plus records of other
 workloads when a ``prior`` is given (transfer); build a pool (every unseen valid config when
 the space is small enough, else random unseen configs plus the neighbours of the best few
 measured ones); predict; take the best-ranked configs while keeping the batch diverse (a
@@ -40,8 +42,8 @@ class ModelStrategy(Strategy):
 
     def __init__(self, space, seed=0, pool_size: int = 2000, epsilon: float = 0.1,
                  min_distance: int = 2, warmup: int = 8, features=None, prior=None,
-                 prior_weight: float = 0.5, target: str = "rank", n_estimators: int = 120,
-                 max_depth: int = 4, ensemble: int = 1, kappa: float = 1.0, **options):
+                 prior_weight: float = 0.5, target: str = "rank", n_estimators: int = 60,
+                 max_depth: int = 4, ensemble: int = 4, kappa: float = 1.0, **options):
         super().__init__(space, seed, **options)
         self.pool_size = pool_size
         self.epsilon = epsilon
