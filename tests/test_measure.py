@@ -64,3 +64,20 @@ def test_summary_statistics():
     assert s["iqr"] == 2.0  # p75 4.0 - p25 2.0
     assert 4.0 < s["p95"] <= 100.0
     assert summarize([])["median"] is None
+
+
+def test_baseline_of_a_fused_workload_is_its_numpy_reference(measurer):
+    """Non-GEMM workloads are timed against their own NumPy implementation, not matmul."""
+    from pathlib import Path
+
+    from tuner.graph import parse
+    from tuner.graph.fusion import fused_groups
+    from tuner.graph.passes import optimize
+    from workloads.fused import workload_for_group
+
+    g = optimize(parse(Path("workloads/graphs/conv_block.txt").read_text()), opt_level=2)
+    w = workload_for_group(fused_groups(g)[0])
+    assert w.kind == "conv2d"
+    r = measurer.baseline(w, threads=1)
+    assert r.ok, r.error
+    assert r.info["impl"] == w.baseline_name and len(r.samples) >= 3

@@ -201,7 +201,7 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
     base = summary.baseline
     store.finish_run(
         run_id,
-        baseline={"impl": "numpy.matmul", **summarize(base.samples), "samples": base.samples,
+        baseline={"impl": workload.baseline_name, **summarize(base.samples), "samples": base.samples,
                   "info": base.info} if base is not None else {},
         summary={"measured": summary.measured, "resumed": summary.resumed,
                  "statuses": dict(summary.statuses), "stop_reason": summary.stop_reason,

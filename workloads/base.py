@@ -53,6 +53,16 @@ class Workload(ABC):
               expected: list[np.ndarray]) -> str | None:
         """None when ``outputs`` are within tolerance of ``expected``, else what is wrong."""
 
+    #: what ``baseline`` runs, as reports name it
+    baseline_name: ClassVar[str] = "NumPy reference"
+
+    def baseline(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
+        """The competitor timed beside tuned kernels, in the same worker and thread count:
+        NumPy's own implementation (here the reference; kinds override it with the library
+        call a user would write, e.g. ``np.matmul`` for GEMM)."""
+        for out, ref in zip(outputs, self.reference(inputs)):
+            out[...] = ref
+
     def make_inputs(self, seed: int = 0) -> list[np.ndarray]:
         """Deterministic inputs: uniform in [-1, 1] for floats, small integers otherwise."""
         rng = np.random.default_rng(seed)

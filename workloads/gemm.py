@@ -99,6 +99,11 @@ class Gemm(Workload):
     def output_specs(self):
         return [((self.M, self.N), self.dtype)]
 
+    baseline_name: ClassVar[str] = "numpy.matmul"
+
+    def baseline(self, inputs, outputs):
+        np.matmul(inputs[0], inputs[1], out=outputs[0])
+
     def reference(self, inputs):
         a, b = inputs
         if self.dtype == "int32":

@@ -121,6 +121,6 @@ def run(args) -> int:
           f"({b.measurements} measurements, slowest median counts)")
     if base:
         print(f"numpy    : median {fmt_time(base)}, {workload.flops() / base / 1e9:.1f} GFLOPS "
-              f"(A @ B, {threads} thread(s), same run)")
+              f"({workload.baseline_name}, {threads} thread(s), same run)")
         print(f"ratio    : {s.ratio:.2f}x NumPy's speed (NumPy time / tuned time)")
     return 0
