@@ -75,7 +75,8 @@ def test_baseline_of_a_fused_workload_is_its_numpy_reference(measurer):
     from tuner.graph.passes import optimize
     from workloads.fused import workload_for_group
 
-    g = optimize(parse(Path("workloads/graphs/conv_block.txt").read_text()), opt_level=2)
+    text = (Path(__file__).parents[1] / "workloads/graphs/conv_block.txt").read_text()
+    g = optimize(parse(text), opt_level=2)
     w = workload_for_group(fused_groups(g)[0])
     assert w.kind == "conv2d"
     r = measurer.baseline(w, threads=1)
