@@ -1,0 +1,74 @@
+"""``bench model``: every experiment row measured in one run, written as JSON; bad input."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="the optional extra .[onnx] is not installed")
+pytest.importorskip("onnxruntime", reason="onnxruntime (extra .[onnx]) is not installed")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _tiny(path: Path) -> str:
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1],
+                              kernel_shape=[3, 3]),
+             helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["bn"], name="bn"),
+             helper.make_node("Relu", ["bn"], ["r"], name="relu"),
+             helper.make_node("GlobalAveragePool", ["r"], ["g"], name="gap"),
+             helper.make_node("Flatten", ["g"], ["f"], name="flat"),
+             helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], name="fc", transB=1)]
+    shapes = {"w": (8, 3, 3, 3), "s": (8,), "b": (8,), "m": (8,), "v": (8,), "wf": (4, 8),
+              "bf": (4,)}
+    inits = [numpy_helper.from_array(np.abs(rng.standard_normal(s)).astype(np.float32), n)
+             for n, s in shapes.items()]
+    g = helper.make_graph(nodes, "tiny",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 10, 10])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return str(path)
+
+
+def _bench(*args, tmp_path):
+    return subprocess.run([sys.executable, "-m", "tuner", "bench", "model", *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=900,
+                          env={**os.environ, "TUNER_DB": f"sqlite:///{tmp_path / 't.db'}"})
+
+
+def test_bench_model_rows(tmp_path):
+    model = _tiny(tmp_path / "tiny.onnx")
+    out = tmp_path / "bench.json"
+    r = _bench(model, "--threads", "1", "--repeat", "4", "--out", str(out), tmp_path=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    data = json.loads(out.read_text())
+    assert data["kind"] == "bench-model" and data["versions"]["onnxruntime"]
+    rows = {row["group"]: row for row in data["rows"]}
+    assert set(rows) == set("ANBCD")
+    for g, row in rows.items():
+        assert row["threads"] == 1 and 0 < row["p50_ms"] <= row["p95_ms"]
+        assert len(row["samples_ms"]) >= 4 and row["max_abs_err"] < 1e-4
+        assert row["vs_numpy"] > 0 and row["vs_ort"] > 0
+    assert rows["A"]["max_abs_err"] == 0.0
+    # Without passes every op is a kernel (the batch norm's arithmetic included).
+    assert rows["B"]["counts"]["fallback"] > rows["C"]["counts"]["fallback"]
+    assert rows["C"]["overhead_ms"] < rows["C"]["p50_ms"]
+    assert "| A | ONNX Runtime |" in r.stdout
+    rep = subprocess.run([sys.executable, "-m", "tuner", "bench", "report", str(out)],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert rep.returncode == 0 and "| D | built + passes + tuned |" in rep.stdout
+
+
+@pytest.mark.parametrize("args", [["missing.onnx"], ["workloads/graphs/mlp.txt"],
+                                  ["M.onnx", "--groups", "AXZ"], ["M.onnx", "--threads", "0"]])
+def test_bench_model_bad_input(args, tmp_path):
+    r = _bench(*args, tmp_path=tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.startswith("error: ") and len(r.stderr.strip().splitlines()) == 1
