@@ -54,7 +54,7 @@ def _covers(tile: int, dim: int) -> bool:
 
 class GemmTemplate(Template):
     name = "gemm"
-    version = 3
+    version = 4
     workload_kind = "gemm"
     entry = "kernel"
 
@@ -137,11 +137,16 @@ class GemmTemplate(Template):
         tile_n = 512 if threads == 1 else min(512, -(-w.N // threads))
         cfg = {
             "tile_m": _pick(sp, "tile_m", 96), "tile_n": _pick(sp, "tile_n", tile_n),
-            "tile_k": _pick(sp, "tile_k", 256), "mr": 6, "nr": 2 * L,
+            "tile_k": _pick(sp, "tile_k", 256 if w.M >= 128 else 512), "mr": 6, "nr": 2 * L,
             "loop_order": "nkm", "pack_a": True, "pack_b": True, "microkernel": "intrinsic",
             "vec": L, "unroll_k": 1, "write_cache": True,
             "parallel": "n" if threads > 1 else "none", "threads": threads,
         }
+        if w.M < 6:
+            # matrix-vector-like: a few rows of C, B streamed once in thin K blocks, unpacked
+            mr = max(v for v in (1, 2, 4) if v <= w.M)
+            cfg.update(mr=mr, nr=4 * L, pack_b=False, tile_k=_pick(sp, "tile_k", 32),
+                       tile_n=_pick(sp, "tile_n", max(tile_n, 1024) if threads == 1 else tile_n))
         return _repair(sp, cfg)
 
     def ladder(self, workload: Gemm) -> list[tuple[str, Config]]:

@@ -56,6 +56,9 @@ def generate(w: Gemm, c: dict, version: int) -> str:
         head.append(f"{_AXIS[par][3]}_BLOCKS = {_ceil(getattr(w, _AXIS[par][3]), (tile_m if par == 'm' else tile_n))}"
                     f"   # parallel {_AXIS[par][3]} blocks")
     parts = [head]
+    if pack_a or pack_b:
+        head.append(f"ITEMSIZE = {4 if w.dtype != 'float64' else 8}   # bytes per element")
+        parts.append(mk.empty_aligned_source())
     if pack_a:
         parts.append(mk.pack_a_source())
     if pack_b:
@@ -74,8 +77,8 @@ def _kernel_source(c: dict) -> list[str]:
     level_a = max(order.index("m"), order.index("k"))
     level_b = max(order.index("k"), order.index("n"))
     level_par = order.index(par) if par != "none" else 99
-    alloc_a = "Ap = np.empty((A_PANELS, TILE_K, MR), DTYPE)   # packed A block"
-    alloc_b = "Bp = np.empty((B_PANELS, TILE_K, NR), DTYPE)   # packed B block"
+    alloc_a = "Ap = empty_aligned(A_PANELS, TILE_K, MR)   # packed A block"
+    alloc_b = "Bp = empty_aligned(B_PANELS, TILE_K, NR)   # packed B block"
 
     jit = "@numba.njit(cache=True" + (", parallel=True" if par != "none" else "") + ")"
     lines = [jit, "def kernel(A, B, C):",

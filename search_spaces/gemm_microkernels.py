@@ -46,7 +46,20 @@ def b_elem(pack_b: bool, p: str, c: str) -> str:
     return f"BB[bj, {p}, {c}]" if pack_b else f"BB[p0 + {p}, bj + {c}]"
 
 
-# -- packing -------------------------------------------------------------------------------
+# -- packing ----
+def empty_aligned_source() -> list[str]:
+    return [
+        _jit(),
+        "def empty_aligned(n0, n1, n2):",
+        '    """np.empty((n0, n1, n2), DTYPE) starting on a 64-byte boundary (whole-line vector loads)."""',
+        "    size = n0 * n1 * n2",
+        "    per_line = 64 // ITEMSIZE",
+        "    buf = np.empty(size + per_line, DTYPE)",
+        "    off = (per_line - (buf.ctypes.data // ITEMSIZE) % per_line) % per_line",
+        "    return buf[off:off + size].reshape((n0, n1, n2))",
+    ]
+
+
 def pack_a_source() -> list[str]:
     return [
         _jit(),
