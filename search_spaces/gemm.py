@@ -48,13 +48,25 @@ def _tile_values(dim: int, start: int) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _with_splits(values: tuple[int, ...], dim: int, max_threads: int) -> tuple[int, ...]:
+    """Add the tiles that split ``dim`` evenly over 2..max_threads threads (rounded up to 16),
+    so a parallel block loop can give every thread one equal block."""
+    extra = {_split(dim, t) for t in range(2, max_threads + 1) if dim >= 64 * t}
+    return tuple(sorted(set(values) | {v for v in extra if v < values[-1]}))
+
+
+def _split(dim: int, parts: int) -> int:
+    """ceil(dim / parts) rounded up to a multiple of 16."""
+    return -(-dim // (16 * parts)) * 16
+
+
 def _covers(tile: int, dim: int) -> bool:
     return tile >= dim
 
 
 class GemmTemplate(Template):
     name = "gemm"
-    version = 4
+    version = 5
     workload_kind = "gemm"
     entry = "kernel"
 
@@ -63,8 +75,8 @@ class GemmTemplate(Template):
         w = workload
         L = native_lanes(w.dtype)
         knobs = [
-            Knob("tile_m", _tile_values(w.M, 16), True, "rows of C per cache block (A block in L2)"),
-            Knob("tile_n", _tile_values(w.N, 16), True, "columns of C per cache block (B block in L3/L2)"),
+            Knob("tile_m", _with_splits(_tile_values(w.M, 16), w.M, max_threads), True, "rows of C per cache block (A block in L2)"),
+            Knob("tile_n", _with_splits(_tile_values(w.N, 16), w.N, max_threads), True, "columns of C per cache block (B block in L3/L2)"),
             Knob("tile_k", _tile_values(w.K, 32), True, "K depth per cache block (B micro-panel in L1)"),
             Knob("mr", (1, 2, 4, 6, 8, 12, 16), True, "rows of the register micro-tile"),
             Knob("nr", (1, L // 2, L, 2 * L, 3 * L, 4 * L), True, "columns of the register micro-tile"),
@@ -134,9 +146,10 @@ class GemmTemplate(Template):
         L = native_lanes(w.dtype)
         sp = self.space(w, max_threads)
         threads = max(1, max_threads)
-        tile_n = 512 if threads == 1 else min(512, -(-w.N // threads))
+        # one equal N block per thread while that block stays L2-sized, else 512-column blocks
+        tile_n = 512 if threads == 1 or _split(w.N, threads) > 768 else _split(w.N, threads)
         cfg = {
-            "tile_m": _pick(sp, "tile_m", 96), "tile_n": _pick(sp, "tile_n", tile_n),
+            "tile_m": _pick(sp, "tile_m", 96), "tile_n": _pick(sp, "tile_n", tile_n, at_least=True),
             "tile_k": _pick(sp, "tile_k", 256 if w.M >= 128 else 512), "mr": 6, "nr": 2 * L,
             "loop_order": "nkm", "pack_a": True, "pack_b": True, "microkernel": "intrinsic",
             "vec": L, "unroll_k": 1, "write_cache": True,
@@ -183,7 +196,8 @@ class GemmTemplate(Template):
         steps.append(("write cache", write_cache))
         # parallel: the outermost (N) block loop over 2 threads
         parallel = {**write_cache, "parallel": "n", "threads": 2,
-                    "tile_n": _pick(sp, "tile_n", min(512, -(-w.N // 2)))}
+                    "tile_n": _pick(sp, "tile_n", 512 if _split(w.N, 2) > 768 else _split(w.N, 2),
+                                    at_least=True)}
         steps.append(("parallel", parallel))
         return [(name, _repair(sp, cfg)) for name, cfg in steps]
 
@@ -197,9 +211,12 @@ class GemmTemplate(Template):
         return generate(w, c, self.version)
 
 
-def _pick(space: ConfigSpace, knob: str, want: int) -> int:
-    """The knob value closest to ``want`` (tile lists depend on the workload)."""
+def _pick(space: ConfigSpace, knob: str, want: int, at_least: bool = False) -> int:
+    """The knob value closest to ``want`` (tile lists depend on the workload); with
+    ``at_least`` the smallest value >= want (so N splits into no more blocks than threads)."""
     values = space.knob(knob).values
+    if at_least:
+        return min((v for v in values if v >= want), default=values[-1])
     return min(values, key=lambda v: (abs(v - want), v))
 
 
