@@ -13,6 +13,19 @@ from typing import Any, ClassVar
 import numpy as np
 
 
+def outside_tolerance(got: np.ndarray, expected: np.ndarray, err: np.ndarray,
+                      tol: np.ndarray | float) -> str | None:
+    """None when ``err <= tol`` everywhere, else how many elements are off and the worst one."""
+    tol = np.broadcast_to(tol, err.shape)
+    bad = err > tol
+    if not bad.any():
+        return None
+    i = np.unravel_index(np.argmax(err - tol), err.shape)
+    return (f"{int(bad.sum())} of {bad.size} elements outside tolerance; worst at "
+            f"{tuple(map(int, i))}: got {float(got[i]):.6g}, expected {float(expected[i]):.6g}, "
+            f"tolerance {float(tol[i]):.3g}")
+
+
 class Workload(ABC):
     """Base class. Subclasses are frozen dataclasses registered in ``workloads.REGISTRY``."""
 

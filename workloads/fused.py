@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tuner.errors import UsageError
-from workloads.base import Workload
+from workloads.base import Workload, outside_tolerance
 
 FLOAT = ("float32", "float64")
 
@@ -260,15 +260,8 @@ class FusedWorkload(Workload):
         if not np.isfinite(c[finite]).all():
             n = int((~np.isfinite(c) & finite).sum())
             return f"{n} of {c.size} elements are NaN/inf (unwritten or overflow)"
-        tol = self.tolerance(inputs, ref)
         err = np.where(finite, np.abs(c.astype(np.float64) - ref.astype(np.float64)), 0.0)
-        bad = err > tol
-        if bad.any():
-            i = np.unravel_index(np.argmax(err - tol), err.shape)
-            return (f"{int(bad.sum())} of {bad.size} elements outside tolerance; worst at "
-                    f"{tuple(map(int, i))}: got {float(c[i]):.6g}, expected {float(ref[i]):.6g}, "
-                    f"tolerance {float(tol[i]):.3g}")
-        return None
+        return outside_tolerance(c, ref, err, self.tolerance(inputs, ref))
 
 
 _MOVEMENT = {"reshape", "flatten", "transpose", "layout_transform", "concatenate", "expand_dims",

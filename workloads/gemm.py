@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tuner.errors import UsageError
-from workloads.base import Workload
+from workloads.base import Workload, outside_tolerance
 
 DTYPES = ("float32", "float64", "int32")
 _SHAPE_RE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*[xX]\s*(\d+)\s*$")
@@ -139,12 +139,4 @@ class Gemm(Workload):
         if not np.isfinite(c).all():
             n = int((~np.isfinite(c)).sum())
             return f"{n} of {c.size} elements are NaN/inf (unwritten or overflow)"
-        err = np.abs(c.astype(np.float64) - ref)
-        tol = self.tolerance(inputs)
-        bad = err > tol
-        if bad.any():
-            i = np.unravel_index(np.argmax(err - tol), err.shape)
-            return (f"{int(bad.sum())} of {bad.size} elements outside tolerance; worst at "
-                    f"{tuple(map(int, i))}: got {float(c[i]):.6g}, expected {float(ref[i]):.6g}, "
-                    f"tolerance {float(np.broadcast_to(tol, err.shape)[i]):.3g}")
-        return None
+        return outside_tolerance(c, ref, np.abs(c.astype(np.float64) - ref), self.tolerance(inputs))

@@ -7,7 +7,6 @@ before the pipeline and after each pass (large constants elided).
 from __future__ import annotations
 
 import argparse
-import os
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,33 +29,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def load_graph(path: str):
-    """A graph from a file: text form, or ONNX through ``tuner.frontend.onnx.load`` if present."""
-    from tuner.errors import UsageError
-    if not os.path.isfile(path):
-        raise UsageError(f"no such file: {path}")
-    if path.endswith(".onnx"):
-        try:
-            from tuner.frontend.onnx import load as load_onnx  # type: ignore[import-not-found]
-        except ModuleNotFoundError:
-            raise UsageError(f"{path}: ONNX import is not available yet; give the graph in "
-                             "text form") from None
-        return load_onnx(path)
-    from tuner.graph.errors import GraphError
-    from tuner.graph.text import parse
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read {path}: {exc}") from None
-    try:
-        return parse(text)
-    except UsageError as exc:
-        raise UsageError(f"{path}: {exc}") from None
-    except GraphError as exc:
-        raise UsageError(f"{path}: {exc}") from None
-
-
 def run(args: argparse.Namespace) -> int:
     import sys
 
@@ -67,7 +39,9 @@ def run(args: argparse.Namespace) -> int:
     from tuner.graph.passes.pipeline import DEFAULT_MAX_GROUP_SIZE
     from tuner.graph.text import to_text
 
-    graph = load_graph(args.file)
+    from tuner.frontend import load_model
+
+    graph = load_model(args.file)
     disabled = {d.strip() for item in args.disable for d in item.split(",") if d.strip()}
     if args.max_group_size is not None and args.max_group_size < 1:
         raise UsageError(f"--max-group-size must be >= 1, got {args.max_group_size}")
