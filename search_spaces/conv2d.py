@@ -134,7 +134,7 @@ def repair(space: ConfigSpace, cfg: dict) -> Config:
 
 class Conv2dTemplate(Template):
     name = "conv2d"
-    version = 1
+    version = 2
     workload_kind = "conv2d"
     entry = "kernel"
 

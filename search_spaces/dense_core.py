@@ -20,7 +20,7 @@ Partial tiles of unpacked operands go to a bounded scalar edge kernel.
 """
 from __future__ import annotations
 
-from search_spaces.epilogue import DTYPE_SRC, Epilogue
+from search_spaces.epilogue import DTYPE_SRC, VECTOR_IMPORTS, Epilogue
 
 _AXIS = {"m": ("i0", "mc", "TILE_M", "M"), "n": ("j0", "nc", "TILE_N", "N"),
          "k": ("p0", "kc", "TILE_K", "K")}
@@ -221,9 +221,11 @@ def edge_source(a_src: str, b_src: str) -> list[str]:
     ]
 
 
-def store_source(epi: Epilogue, single_block: bool) -> list[str]:
+def store_source(epi: Epilogue, single_block: bool, mr: int, nr: int, vec: int) -> list[str]:
     """store_tile(T, Cf, cbase, ci, cj, mlen, nlen, mode, e...): mode 0 first K block (store),
-    1 middle (add), 2 last (add, epilogue), 3 only block (epilogue)."""
+    1 middle (add), 2 last (add, epilogue), 3 only block (epilogue). A full MR x NR tile is
+    stored with vector loads/stores (and the epilogue's vector form, when it has one); a
+    partial tile, or an epilogue with no vector form, goes through the scalar loops."""
     args = epi.args()
     lines = [_jit(fastmath=True), f"def store_tile(T, Cf, cbase, ci, cj, mlen, nlen, mode, {args}):",
              f'    """Tile T into C (flat, row stride N) at (ci, cj); epilogue: {epi.describe()}."""']
@@ -239,7 +241,40 @@ def store_source(epi: Epilogue, single_block: bool) -> list[str]:
         inner.append("Cf[o + c] = v")
         return out + ["        " + ln for ln in inner]
 
+    def vloop(add: bool, epilogue: bool) -> list[str]:
+        out = [f"for r in range({mr}):",
+               "    row = ci + r",
+               "    o = cbase + row * N + cj"]
+        if epilogue:
+            out += ["    " + ln for ln in epi.vec_operands("row", vec)]
+        for v in range(0, nr, vec):
+            out.append(f"    v = vload(T, r * {nr} + {v}, {vec})")
+            if add:
+                out.append(f"    v = vadd(vload(Cf, o + {v}, {vec}), v)")
+            if epilogue:
+                out += ["    " + ln for ln in epi.apply_vec("v", f"cj + {v}", f"o + {v}", vec)]
+            out.append(f"    vstore(Cf, o + {v}, v)")
+        return out
+
     body = []
+    vector = epi.vectorizable()
+    modes = [(3, "", False, True)] if single_block else [
+        (0, "if mode == 0:", False, False), (1, "elif mode == 1:", True, False),
+        (2, "else:", True, True)]
+    if vector:
+        body.append("if mlen == MR and nlen == NR:   # full tile: vectors")
+        if single_block:
+            body += ["    " + ln for ln in vloop(False, True)]
+        else:
+            for _m, cond, add, ep in modes:
+                body += ["    " + cond] + ["        " + ln for ln in vloop(add, ep)]
+        body.append("    return")
+    elif not single_block:
+        # Only the epilogue lacks a vector form: vector stores for the first/middle blocks.
+        body.append("if mlen == MR and nlen == NR and mode < 2:   # full tile: vectors")
+        body += ["    if mode == 0:"] + ["        " + ln for ln in vloop(False, False)]
+        body += ["    else:"] + ["        " + ln for ln in vloop(True, False)]
+        body.append("    return")
     if single_block:
         body += loop(["v = T[r * NR + c]"], True)
     else:
@@ -331,10 +366,11 @@ def module_parts(M: int, N: int, K: int, dtype: str, c: dict, a_src: str, b_src:
     parts.append(micro_source(c["mr"], c["nr"], c["vec"], a_src, b_src))
     if a_src == "direct" or b_src == "direct":
         parts.append(edge_source(a_src, b_src))
-    parts.append(store_source(epi, c["tile_k"] >= K))
+    parts.append(store_source(epi, c["tile_k"] >= K, c["mr"], c["nr"], c["vec"]))
     parts.append(core_source(c, a_src, b_src, epi, K))
     return parts
 
 
 IMPORTS = ["import numba", "import numpy as np", "from numba import prange",
-           "from search_spaces.simd import vbroadcast, vfma, vload, vsplat, vstore"]
+           "from search_spaces.simd import vadd, vbroadcast, vfma, vload, vsplat, vstore",
+           VECTOR_IMPORTS]

@@ -18,6 +18,12 @@ from __future__ import annotations
 
 import math
 
+from llvmlite import ir
+from numba import types
+from numba.core.errors import TypingError
+from numba.extending import intrinsic
+
+from search_spaces.simd import Vec
 from tuner.errors import InstantiationError
 
 DTYPE_SRC = {"float32": "np.float32", "float64": "np.float64", "int32": "np.int32", "int64": "np.int64"}
@@ -94,6 +100,58 @@ ELEMENTWISE_OPS = ("add", "subtract", "multiply", "divide", "maximum", "minimum"
                    "relu", "clip", "sigmoid", "tanh", "sqrt", "exp", "negative", "dropout")
 
 
+# -- vector forms of the epilogue's ops (LLVM vectors of search_spaces.simd) ---------------------
+def _vec_binary(name: str, build):
+    def typer(typingctx, a, b):
+        if not (isinstance(a, Vec) and a == b and isinstance(a.dtype, types.Float)):
+            raise TypingError(f"{name} needs two equal float vector types, got {a}, {b}")
+
+        def codegen(context, builder, sig, args):
+            return build(builder, args[0], args[1])
+        return a(a, b), codegen
+    typer.__name__ = name
+    return intrinsic(typer)
+
+
+vsub = _vec_binary("vsub", lambda bd, x, y: bd.fsub(x, y))
+vmul = _vec_binary("vmul", lambda bd, x, y: bd.fmul(x, y))
+vdiv = _vec_binary("vdiv", lambda bd, x, y: bd.fdiv(x, y))
+# x > y ? x : y (and the mirror): one vmaxps/vminps; like the scalar max(), a NaN in the
+# first operand yields the second.
+vmax = _vec_binary("vmax", lambda bd, x, y: bd.select(bd.fcmp_ordered(">", x, y), x, y))
+vmin = _vec_binary("vmin", lambda bd, x, y: bd.select(bd.fcmp_ordered("<", x, y), x, y))
+VECTOR_IMPORTS = "from search_spaces.epilogue import vdiv, vmax, vmin, vmul, vsub"
+
+
+def vector_op(op: str, attrs: dict, args: list[str], lanes: int) -> str | None:
+    """Source of one epilogue op on vector expressions (None: no vector form, run scalar)."""
+    a = args
+
+    def splat(x: float) -> str:
+        return f"vsplat({_lit(x, 'float32')}, {lanes})"
+    if op in ("add", "bias_add"):
+        return f"vadd({a[0]}, {a[1]})"
+    if op == "subtract":
+        return f"vsub({a[0]}, {a[1]})"
+    if op == "multiply":
+        return f"vmul({a[0]}, {a[1]})"
+    if op == "divide":
+        return f"vdiv({a[0]}, {a[1]})"
+    if op == "maximum":
+        return f"vmax({a[0]}, {a[1]})"
+    if op == "minimum":
+        return f"vmin({a[0]}, {a[1]})"
+    if op == "relu":
+        return f"vmax({a[0]}, vsplat(ZERO, {lanes}))"
+    if op == "clip":
+        return f"vmin(vmax({a[0]}, {splat(attrs['a_min'])}), {splat(attrs['a_max'])})"
+    if op == "negative":
+        return f"vsub(vsplat(ZERO, {lanes}), {a[0]})"
+    if op == "dropout":
+        return a[0]
+    return None
+
+
 class Epilogue:
     """Scalar epilogue code for one group, against an output view (outer, rows, cols)."""
 
@@ -151,6 +209,40 @@ class Epilogue:
             args = [self._ref(k, row, col, flat) for k, *_ in e["others"]]
             args.insert(e["operand"], v)
             lines.append(f"{v} = {scalar_op(e['op'], e['attrs'], args, self.dtype)}   # {e['op']}")
+        return lines
+
+    def vectorizable(self) -> bool:
+        """Every op has a vector form (float dtypes; else the scalar store runs)."""
+        if not self.dtype.startswith("float"):
+            return False
+        return all(vector_op(e["op"], e["attrs"], ["x"] * (1 + len(e["others"])), 16) is not None
+                   for e in self.ops)
+
+    def vec_operands(self, row: str, lanes: int) -> list[str]:
+        """Statements hoisting the scalar and per-row operands of one tile row into vectors
+        ``ev<k>`` (column and full operands are loaded per vector by ``apply_vec``)."""
+        out = []
+        for k, kind in sorted(self.operands.items()):
+            if kind == "scalar":
+                out.append(f"ev{k} = vsplat(e{k}[0], {lanes})")
+            elif kind == "row":
+                out.append(f"ev{k} = vsplat(e{k}[{row}], {lanes})")
+        return out
+
+    def apply_vec(self, v: str, col: str, flat: str, lanes: int) -> list[str]:
+        """Vector statements replacing vector ``v`` by the epilogue (``lanes`` consecutive
+        columns starting at ``col``, flat output index ``flat``); after ``vec_operands``."""
+        lines = []
+        for e in self.ops:
+            args = []
+            for k, *_ in e["others"]:
+                kind = self.operands[k]
+                if kind in ("scalar", "row"):
+                    args.append(f"ev{k}")
+                else:
+                    args.append(f"vload(e{k}, {col if kind == 'col' else flat}, {lanes})")
+            args.insert(e["operand"], v)
+            lines.append(f"{v} = {vector_op(e['op'], e['attrs'], args, lanes)}   # {e['op']}")
         return lines
 
     def needs(self) -> set[str]:
