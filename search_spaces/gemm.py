@@ -66,7 +66,7 @@ def _covers(tile: int, dim: int) -> bool:
 
 class GemmTemplate(Template):
     name = "gemm"
-    version = 5
+    version = 6
     workload_kind = "gemm"
     entry = "kernel"
 
@@ -146,11 +146,11 @@ class GemmTemplate(Template):
         L = native_lanes(w.dtype)
         sp = self.space(w, max_threads)
         threads = max(1, max_threads)
-        # one equal N block per thread while that block stays L2-sized, else 512-column blocks
-        tile_n = 512 if threads == 1 or _split(w.N, threads) > 768 else _split(w.N, threads)
+        # one equal N block per thread while that block stays moderate, else 1024-column blocks
+        tile_n = 1024 if threads == 1 or _split(w.N, threads) > 1024 else _split(w.N, threads)
         cfg = {
             "tile_m": _pick(sp, "tile_m", 96), "tile_n": _pick(sp, "tile_n", tile_n, at_least=True),
-            "tile_k": _pick(sp, "tile_k", 256 if w.M >= 128 else 512), "mr": 6, "nr": 2 * L,
+            "tile_k": _pick(sp, "tile_k", 384 if w.M >= 128 else 512), "mr": 6, "nr": 2 * L,
             "loop_order": "nkm", "pack_a": True, "pack_b": True, "microkernel": "intrinsic",
             "vec": L, "unroll_k": 1, "write_cache": True,
             "parallel": "n" if threads > 1 else "none", "threads": threads,
