@@ -26,13 +26,14 @@ def _tiny(path: Path) -> str:
              helper.make_node("GlobalAveragePool", ["r"], ["g"], name="gap"),
              helper.make_node("Flatten", ["g"], ["f"], name="flat"),
              helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], name="fc", transB=1)]
-    shapes = {"w": (8, 3, 3, 3), "s": (8,), "b": (8,), "m": (8,), "v": (8,), "wf": (4, 8),
-              "bf": (4,)}
+    # Shapes as in test_verify's model: after the passes the same kernels (compiled once).
+    shapes = {"w": (8, 3, 3, 3), "s": (8,), "b": (8,), "m": (8,), "v": (8,), "wf": (5, 8),
+              "bf": (5,)}
     inits = [numpy_helper.from_array(np.abs(rng.standard_normal(s)).astype(np.float32), n)
              for n, s in shapes.items()]
     g = helper.make_graph(nodes, "tiny",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 10, 10])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], inits)
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])], inits)
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
     return str(path)
 
