@@ -200,7 +200,7 @@ class Conv2dTemplate(Template):
                 f"GEMM per image: M={M}, N={N}, K={K}; A = {a_src}, B = {b_src}; "
                 f"epilogue on each tile: {epi.describe()}.",
                 '"""'] + core.IMPORTS
-        parts = [head, geo] + core.module_parts(M, N, K, w.dtype, c, a_src, b_src, epi)
+        parts = [head, geo] + core.module_parts(M, N, K, w.dtype, c, a_src, b_src, epi, g["SW"])
         n_params = len(w.input_specs())
         params = ", ".join(f"p{k}" for k in range(n_params))
         kern = ["@numba.njit(cache=True)", f"def kernel({params}, out):",

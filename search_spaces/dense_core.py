@@ -109,7 +109,7 @@ def pack_a_source(src: str) -> list[str]:
     ]
 
 
-def pack_b_source(src: str) -> list[str]:
+def pack_b_source(src: str, sw: int = 1, nr: int = 16, vec: int = 16) -> list[str]:
     head = [_jit(), "def pack_b(B, b_base, p0, j0, kc, nc, Bp):",
             '    """Bp[q*kc*NR + p*NR + c] = B[p0 + p, j0 + q*NR + c]; columns past nc are zero."""']
     if src == "pack":
@@ -144,8 +144,13 @@ def pack_b_source(src: str) -> list[str]:
     assert src == "im2col_nchw"
     return head + [
         "    # B is the implicit im2col matrix of one NCHW image: row = (ci, kh, kw), column =",
-        "    # output pixel (oh, ow), walked incrementally.",
+        "    # output pixel (oh, ow). Each of the kc rows is built in ROW, one output-image row",
+        "    # segment at a time: zeros where the window is in the padding, a branch-free copy",
+        "    # (vectors when SW == 1) over the interior; then ROW goes to the panels NR at a time.",
         "    nq = (nc + NR - 1) // NR",
+        "    ROW = np.zeros(nq * NR, DTYPE)   # columns past nc stay zero",
+        "    oh_first = j0 // OW",
+        "    ow_first = j0 - oh_first * OW",
         "    for p in range(kc):",
         "        kk = p0 + p",
         "        ci = kk // (KH * KW)",
@@ -153,24 +158,42 @@ def pack_b_source(src: str) -> list[str]:
         "        kh = rem // KW",
         "        kw = rem - kh * KW",
         "        plane = b_base + ci * (H * W)",
+        "        off = kw * DW - PL   # input column of output column ow: ow * SW + off",
+        "        lo = max(0, (SW - 1 - off) // SW)   # first ow with ow * SW + off >= 0",
+        "        hi = min(OW, (W - off + SW - 1) // SW)   # first ow with ow * SW + off >= W",
+        "        t = 0",
+        "        oh, ow = oh_first, ow_first",
+        "        while t < nc:",
+        "            seg = min(OW - ow, nc - t)   # columns of this output row in the block",
+        "            end = ow + seg",
+        "            ih = oh * SH - PT + kh * DH",
+        "            a, b = ow, ow   # interior [a, b): padding before and after",
+        "            if 0 <= ih < H:",
+        "                a = min(max(lo, ow), end)",
+        "                b = max(min(hi, end), a)",
+        "            d = t - ow   # ROW index of output column u is d + u",
+        "            for u in range(ow, a):",
+        "                ROW[d + u] = ZERO",
+        "            src = plane + ih * W + off",
+    ] + ([
+        "            u = a",
+        "            while u + VEC <= b:",
+        "                vstore(ROW, d + u, vload(B, src + u, VEC))",
+        "                u += VEC",
+        "            for x in range(u, b):   # tail",
+        "                ROW[d + x] = B[src + x]",
+    ] if sw == 1 else [
+        "            for u in range(a, b):",
+        "                ROW[d + u] = B[src + u * SW]",
+    ]) + [
+        "            for u in range(b, end):",
+        "                ROW[d + u] = ZERO",
+        "            t += seg",
+        "            oh += 1",
+        "            ow = 0",
         "        for q in range(nq):",
         "            dst = q * kc * NR + p * NR",
-        "            j = j0 + q * NR",
-        "            oh = j // OW",
-        "            ow = j - oh * OW",
-        "            for c in range(NR):",
-        "                v = ZERO",
-        "                if q * NR + c < nc:",
-        "                    ih = oh * SH - PT + kh * DH",
-        "                    iw = ow * SW - PL + kw * DW",
-        "                    if 0 <= ih < H and 0 <= iw < W:",
-        "                        v = B[plane + ih * W + iw]",
-        "                Bp[dst + c] = v",
-        "                ow += 1",
-        "                if ow == OW:",
-        "                    ow = 0",
-        "                    oh += 1",
-    ]
+    ] + [f"            vstore(Bp, dst + {v}, vload(ROW, q * NR + {v}, VEC))" for v in range(0, nr, vec)]
 
 
 # -- micro-kernels -------------------------------------------------------------------------------
@@ -356,13 +379,14 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, K: int) -> list[
 
 
 def module_parts(M: int, N: int, K: int, dtype: str, c: dict, a_src: str, b_src: str,
-                 epi: Epilogue) -> list[list[str]]:
-    """Constants and functions of a GEMM-core module (the caller adds header and kernel)."""
+                 epi: Epilogue, sw: int = 1) -> list[list[str]]:
+    """Constants and functions of a GEMM-core module (the caller adds header and kernel);
+    ``sw``: the conv's horizontal stride (contiguous im2col copies when 1)."""
     parts = [constants(M, N, K, dtype, c)]
     if a_src != "direct":
         parts.append(pack_a_source(a_src))
     if b_src != "direct":
-        parts.append(pack_b_source(b_src))
+        parts.append(pack_b_source(b_src, sw, c["nr"], c["vec"]))
     parts.append(micro_source(c["mr"], c["nr"], c["vec"], a_src, b_src))
     if a_src == "direct" or b_src == "direct":
         parts.append(edge_source(a_src, b_src))
