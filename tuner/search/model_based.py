@@ -7,8 +7,9 @@ of the members' predictions) on everything measured, plus records of other
 workloads when a ``prior`` is given (transfer); build a pool (every unseen valid config when
 the space is small enough, else random unseen configs plus the neighbours of the best few
 measured ones); predict; take the best-ranked configs while keeping the batch diverse (a
-pick must differ from every earlier pick in at least ``min_distance`` knobs); each slot is
-instead a random config with probability ``epsilon`` (exploration). Without a prior, the
+pick must differ from every earlier pick in at least ``min_distance`` knobs); once the
+search stalls (``stall`` trials without a new best), each slot is instead a random config
+with probability ``epsilon`` (epsilon-greedy exploration). Without a prior, the
 first ``warmup`` successes come from random sampling; with one, the first batch is already
 the model's pick.
 """
@@ -40,13 +41,15 @@ class _CachedFeatures:
 class ModelStrategy(Strategy):
     name = "model"
 
-    def __init__(self, space, seed=0, pool_size: int = 2000, epsilon: float = 0.1,
+    def __init__(self, space, seed=0, pool_size: int = 2000, epsilon: float = 0.25,
+                 stall: int = 16,
                  min_distance: int = 2, warmup: int = 8, features=None, prior=None,
                  prior_weight: float = 0.5, target: str = "rank", n_estimators: int = 60,
                  max_depth: int = 4, ensemble: int = 4, kappa: float = 1.0, **options):
         super().__init__(space, seed, **options)
         self.pool_size = pool_size
         self.epsilon = epsilon
+        self.stall = stall
         self.min_distance = min_distance
         self.warmup = warmup
         extra = _CachedFeatures(features) if features is not None else None
@@ -72,6 +75,19 @@ class ModelStrategy(Strategy):
             pool[cfg] = None
         return list(pool)
 
+    def _epsilon_now(self) -> float:
+        """Epsilon-greedy only once the search stalls: ``stall`` trials without a new best
+        (``stall=0``: always). Early batches follow the model (its optimistic bound already
+        explores); replay showed random picks there only cost trials."""
+        costs = [c for _, c in self.history]
+        best, since = None, 0
+        for c in costs:
+            if c is not None and (best is None or c < best):
+                best, since = c, 0
+            else:
+                since += 1
+        return self.epsilon if since >= self.stall else 0.0
+
     def _propose(self, n):
         n_ok = sum(1 for _, c in self.history if c is not None)
         if n_ok < self.warmup and not self.model.has_prior:
@@ -87,7 +103,7 @@ class ModelStrategy(Strategy):
             return []
         preds = self.model.predict(pool)
         ranked = [pool[i] for i in preds.argsort(kind="stable")]
-        n_explore = sum(1 for _ in range(n) if self.rng.random() < self.epsilon)
+        n_explore = sum(1 for _ in range(n) if self.rng.random() < self._epsilon_now())
         picks: list[Config] = []
         for cfg in ranked:
             if len(picks) >= n - n_explore:
