@@ -9,17 +9,25 @@ see exactly the same numbers. Scalars (Clip bounds, Dropout ratios) are left alo
 
 Scales follow each tensor's role so a deep network neither overflows nor vanishes: He-normal
 (std sqrt(2 / fan_in)) for Conv/Gemm/MatMul weights, small normals for biases, BatchNorm
-scale in [0.5, 1.5] and shift small; anything else uniform in [0.5, 1.5]. BatchNorm mean and
-variance are then *calibrated* like a trained network's: one NumPy-executor pass on a seeded
-input sets them to the per-channel statistics of each BatchNorm's input, so every BatchNorm
-normalises and ResNet-style residual sums stay O(1) (random statistics grow the activations
-~2x per block and the softmax output turns one-hot, which would make the check trivial).
+scale in [0.5, 1.5] and shift small; anything else uniform in [0.5, 1.5]. Then the weights
+are *calibrated* like a trained network's, in one NumPy-executor pass over a seeded input
+(LSUV-style, in topological order): each Conv/Gemm/MatMul weight is rescaled so the layer's
+output has unit standard deviation (the last layers: ``LOGIT_STD``), and each BatchNorm's mean and variance are set to the
+per-channel statistics of its input. Activations stay O(1) through any depth and the logits
+too, so a final softmax is neither uniform nor one-hot (without it, Inception v1's output is
+one-hot and ResNet-50's residual sums grow ~2x per block: a comparison would prove little;
+with logits of std 1 a 1% error would hide under atol).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from tuner.errors import UsageError
+
+
+_LAYERS = ("conv2d", "dense", "matmul")
+LOGIT_STD = 4.0
+_MOVEMENT = frozenset({"transpose", "reshape", "flatten", "expand_dims", "squeeze"})
 
 
 def _role(consumers: list[tuple], shape: tuple) -> tuple[str, float]:
@@ -119,14 +127,14 @@ def randomize(model, seed: int):
         live_in = [i for i in g.input if i.name not in dead]
         del g.input[:]
         g.input.extend(live_in)
-    if any(n.op_type == "BatchNormalization" for n in g.node):
-        calibrate_batch_norm(m, seed)
+    calibrate(m, seed)
     return m
 
 
-def calibrate_batch_norm(model, seed: int) -> None:
-    """Set every BatchNormalization mean/var initializer (in place) to the per-channel
-    statistics of its input on a seeded standard-normal input, in topological order."""
+def calibrate(model, seed: int) -> None:
+    """On a seeded standard-normal input, in topological order (initializers changed in
+    place): scale each Conv/Gemm/MatMul weight so its layer's output has unit std; set each
+    BatchNormalization mean/var to the per-channel statistics of its input."""
     from onnx import numpy_helper
 
     from tuner.frontend.onnx import import_model
@@ -138,10 +146,46 @@ def calibrate_batch_norm(model, seed: int) -> None:
     inits = {t.name: t for t in model.graph.initializer}
     env = bind_inputs(graph, random_inputs(graph, seed=seed + 1))
     consts = {n.name: n.value.array for n in graph.nodes if n.is_const}
+    producer = {n.name: n for n in graph.nodes}
+
+    def weight_init(ir_name: str) -> tuple[str | None, list[str]]:
+        """(ONNX initializer, IR values computed from it by data movement only) feeding a
+        layer's weight input (Gemm/MatMul weights come through a transpose or reshape)."""
+        chain = []
+        while onnx_name.get(ir_name) not in inits:
+            p = producer.get(ir_name)
+            if p is None or p.op not in _MOVEMENT or len(p.inputs) != 1:
+                return None, []
+            chain.append(ir_name)
+            ir_name = p.inputs[0]
+        return onnx_name[ir_name], chain
+
+    # The last layers (no layer after them) get a wider output: logits of std LOGIT_STD make
+    # a softmax output peaked but not one-hot, so a small error in them shows.
+    after_layer: set[str] = set()
+    for node in reversed(graph.nodes):
+        users = graph.users.get(node.name, ())
+        if any(u in after_layer or producer[u].op in _LAYERS for u in users):
+            after_layer.add(node.name)
+
     for node in graph.nodes:
         if not node.is_compute:
             continue
         args = [env[i] if i in env else consts[i] for i in node.inputs]
+        if node.op in _LAYERS:
+            init, chain = weight_init(node.inputs[1])
+            out = evaluate(node, args)
+            std = float(out.std()) / (1.0 if node.name in after_layer else LOGIT_STD)
+            if init is not None and std > 0 and np.isfinite(std):
+                t = inits[init]
+                arr = (numpy_helper.to_array(t) / std).astype(args[1].dtype)
+                t.CopyFrom(numpy_helper.from_array(arr, t.name))
+                consts[values[init]] = arr
+                for v in chain:
+                    env[v] = (env[v] / std).astype(env[v].dtype)
+                out = (out / std).astype(out.dtype)
+            env[node.name] = out
+            continue
         if node.op == "batch_norm" and all(onnx_name.get(i) in inits for i in node.inputs[3:5]):
             x = args[0].astype(np.float64)
             axes = tuple(k for k in range(x.ndim) if k != node.attrs["axis"] % x.ndim)
