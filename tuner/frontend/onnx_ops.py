@@ -16,10 +16,6 @@ from tuner.frontend.onnx import Importer, elem_dtype
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
-def _inputs(node) -> list[str]:
-    return list(node.input)
-
-
 def _opt(node, k: int) -> str | None:
     return node.input[k] if len(node.input) > k and node.input[k] else None
 
