@@ -13,6 +13,7 @@ tuning worker already built it) and runs it.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import threading
 from dataclasses import dataclass
@@ -98,6 +99,17 @@ def select_config(workload, template, store: Store, target: Target | None = None
     return Selection(config, "fallback", note=f"{msg}; fallback: {how}")
 
 
+def align_numba_cache(cache=None) -> None:
+    """Make this process read Numba's cache where the build workers write it
+    (``$TUNER_CACHE/numba``), so a kernel a tuning run compiled is loaded, not compiled again."""
+    want = str((cache or settings.cache_dir()) / "numba")
+    if os.environ.get("NUMBA_CACHE_DIR") != want:
+        os.environ["NUMBA_CACHE_DIR"] = want
+        import numba.core.config
+
+        numba.core.config.reload_config()
+
+
 def load_kernel(workload, template, config: Config):
     """Compile (or load from Numba's cache) the kernel for ``config`` in this process."""
     from tuner.measure.measurer import write_source
@@ -105,6 +117,7 @@ def load_kernel(workload, template, config: Config):
     key = (workload.key, f"{template.name}/{template.version}/{config.hash}")
     fn = _KERNELS.get(key)
     if fn is None:
+        align_numba_cache()
         path = write_source(template.codegen(workload, config))
         name = "tuner_kernel_" + path.stem
         spec = importlib.util.spec_from_file_location(name, path)

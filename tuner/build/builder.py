@@ -36,6 +36,7 @@ from tuner import settings
 from tuner.build.module import Module, Step, Summary
 from tuner.build.planner import plan_memory
 from tuner.errors import NoRecordError, TunerError, UsageError
+from tuner.dispatch import align_numba_cache
 from tuner.graph.ir import Graph, Node
 
 VIEW_OPS = frozenset({"reshape", "flatten", "squeeze", "expand_dims"})
@@ -54,16 +55,6 @@ class _Kernel:
     config: object | None = None
     path: Path | None = None
     note: str = ""
-
-
-def align_numba_cache(cache: Path) -> None:
-    """Make this process read Numba's cache where the build workers write it."""
-    want = str(cache / "numba")
-    if os.environ.get("NUMBA_CACHE_DIR") != want:
-        os.environ["NUMBA_CACHE_DIR"] = want
-        import numba.core.config
-
-        numba.core.config.reload_config()
 
 
 def _label(node: Node) -> str:
