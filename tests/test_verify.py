@@ -80,13 +80,14 @@ def test_verify_own_weights_and_failure_exit_code(tmp_path, monkeypatch):
     r = _verify_cli(model, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "the model's weights" in r.stdout
-    # An answer off by 1e-3 is caught: the result says so and the command exits 1.
+    # An answer off by 0.2% (twice rtol, whatever the outputs' magnitude) is caught.
     from tuner.build.module import Module
 
     real = Module.run
-    monkeypatch.setattr(Module, "run", lambda self, x, copy=True: [o + 1e-3 for o in real(self, x)])
+    monkeypatch.setattr(Module, "run",
+                        lambda self, x, copy=True: [o + 2e-3 * (np.abs(o) + 1) for o in real(self, x)])
     res = verify_onnx(model, seed=1, threads=1, db=env["TUNER_DB"])
-    assert not res.ok and 9e-4 < res.max_abs < 1.1e-3
+    assert not res.ok and res.max_abs >= 2e-3
 
 
 def test_compare_reports_abs_and_rel_errors():
