@@ -17,6 +17,7 @@ Every rung of the REFERENCE.md ladder (naive ... parallel) is a point of this sp
 from __future__ import annotations
 
 import itertools
+import os
 from search_spaces import gemm_microkernels as mk
 from search_spaces.space import Config, ConfigSpace, Constraint, Knob
 from search_spaces.template import Template
@@ -205,7 +206,9 @@ class GemmTemplate(Template):
     def codegen(self, workload: Gemm, config: Config) -> str:
         w = workload
         c = dict(config)
-        sp = self.space(w, max_threads=max(int(c.get("threads", 1)), 1))
+        # Validate against the widest space this machine tunes in: a 1-thread config proposed
+        # in a 2-thread budget may use a tile that splits N over 2 threads.
+        sp = self.space(w, max_threads=max(int(c.get("threads", 1)), os.cpu_count() or 1))
         sp.validate(config)
         from search_spaces.gemm_codegen import generate
         return generate(w, c, self.version)

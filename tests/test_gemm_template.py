@@ -159,3 +159,21 @@ def test_generated_source_is_readable():
     assert "cache=True" in src and "parallel=True" in src and "prange" in src
     assert src.count("\n") < 600
     compile(src, "<gemm>", "exec")
+
+
+def test_codegen_accepts_every_config_of_a_multi_thread_space():
+    """A 1-thread config proposed in a 2-thread budget may use a per-thread split tile; its
+    code must still generate (it was rejected as INVALID, and a tuned record of it could not
+    be built)."""
+    import random
+
+    from search_spaces import get_template
+    from workloads.gemm import Gemm
+
+    t, w = get_template("gemm"), Gemm.parse("200x300x100")
+    sp = t.space(w, 2)
+    split = [c for c in (sp.sample(random.Random(i)) for i in range(400))
+             if c["threads"] == 1 and c["tile_n"] not in t.space(w, 1).knob("tile_n").values]
+    assert split, "the 2-thread space has split tiles"
+    for c in split[:5]:
+        assert "def kernel(A, B, C)" in t.codegen(w, c)
