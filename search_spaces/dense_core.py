@@ -21,9 +21,8 @@ Partial tiles of unpacked operands go to a bounded scalar edge kernel.
 from __future__ import annotations
 
 from search_spaces.epilogue import DTYPE_SRC, VECTOR_IMPORTS, Epilogue
+from search_spaces.gemm_codegen import emit_block_loops
 
-_AXIS = {"m": ("i0", "mc", "TILE_M", "M"), "n": ("j0", "nc", "TILE_N", "N"),
-         "k": ("p0", "kc", "TILE_K", "K")}
 A_SOURCES = ("direct", "pack", "im2col_nhwc")
 B_SOURCES = ("direct", "pack", "pack_t", "im2col_nchw")
 
@@ -334,26 +333,12 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, K: int) -> list[
             body.append(alloc_a)
         if pack_b:
             body.append(alloc_b)
-    ind = ""
-    for lev, axis in enumerate(order):
-        var, ext, tile, dim = _AXIS[axis]
-        if axis == par:
-            body.append(f"{ind}for blk in prange({dim}_BLOCKS):   # parallel over {dim} blocks")
-            body.append(f"{ind}    {var} = blk * {tile}")
-        else:
-            body.append(f"{ind}for {var} in range(0, {dim}, {tile}):")
-        ind += "    "
-        body.append(f"{ind}{ext} = min({tile}, {dim} - {var})")
-        if lev == level_par:
-            body.append(ind + alloc_t + " (private)")
-            if pack_a and level_a >= level_par:
-                body.append(ind + alloc_a + " (private)")
-            if pack_b and level_b >= level_par:
-                body.append(ind + alloc_b + " (private)")
-        if pack_a and lev == level_a:
-            body.append(f"{ind}pack_a(A, a_base, i0, p0, mc, kc, Ap)")
-        if pack_b and lev == level_b:
-            body.append(f"{ind}pack_b(B, b_base, p0, j0, kc, nc, Bp)")
+    at_parallel = [alloc_t + " (private)"] \
+        + ([alloc_a + " (private)"] if pack_a and level_a >= level_par else []) \
+        + ([alloc_b + " (private)"] if pack_b and level_b >= level_par else [])
+    packs = ([(level_a, "pack_a(A, a_base, i0, p0, mc, kc, Ap)")] if pack_a else []) \
+        + ([(level_b, "pack_b(B, b_base, p0, j0, kc, nc, Bp)")] if pack_b else [])
+    ind = emit_block_loops(body, order, par, at_parallel, packs)
     if single:
         body.append(f"{ind}mode = 3   # K fits one block: store with the epilogue")
     else:

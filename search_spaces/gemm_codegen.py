@@ -14,6 +14,29 @@ _AXIS = {  # block loop of each axis: index variable, start, extent, tile, dimen
 }
 
 
+def emit_block_loops(body: list[str], order: str, par: str, at_parallel: list[str],
+                     packs: list[tuple[int, str]]) -> str:
+    """Append the three block loops (``order``, outermost first; ``par`` as ``prange``) to
+    ``body``. ``at_parallel`` lines open the parallel loop's body (private buffers); each
+    ``(level, line)`` of ``packs`` is emitted inside the loop at that level. Returns the
+    innermost indentation. Shared by the GEMM kernel and the dense/conv2d core."""
+    level_par = order.index(par) if par != "none" else -1
+    ind = ""
+    for lev, axis in enumerate(order):
+        var, ext, tile, dim = _AXIS[axis]
+        if axis == par:
+            body.append(f"{ind}for blk in prange({dim}_BLOCKS):   # parallel over {dim} blocks")
+            body.append(f"{ind}    {var} = blk * {tile}")
+        else:
+            body.append(f"{ind}for {var} in range(0, {dim}, {tile}):")
+        ind += "    "
+        body.append(f"{ind}{ext} = min({tile}, {dim} - {var})")
+        if lev == level_par:
+            body += [ind + line for line in at_parallel]
+        body += [ind + line for level, line in packs if level == lev]
+    return ind
+
+
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -91,25 +114,12 @@ def _kernel_source(c: dict) -> list[str]:
         body.append(alloc_a)
     if pack_b and level_b < level_par:
         body.append(alloc_b)
-    ind = ""
-    for lev, axis in enumerate(order):
-        var, ext, tile, dim = _AXIS[axis]
-        if axis == par:
-            body.append(f"{ind}for blk in prange({dim}_BLOCKS):   # parallel over {dim} blocks")
-            body.append(f"{ind}    {var} = blk * {tile}")
-        else:
-            body.append(f"{ind}for {var} in range(0, {dim}, {tile}):")
-        ind += "    "
-        body.append(f"{ind}{ext} = min({tile}, {dim} - {var})")
-        if lev == level_par:
-            if pack_a and level_a >= level_par:
-                body.append(ind + alloc_a.replace("block", "block (private to this iteration)"))
-            if pack_b and level_b >= level_par:
-                body.append(ind + alloc_b.replace("block", "block (private to this iteration)"))
-        if pack_a and lev == level_a:
-            body.append(f"{ind}pack_a(A, i0, p0, mc, kc, Ap)")
-        if pack_b and lev == level_b:
-            body.append(f"{ind}pack_b(B, p0, j0, kc, nc, Bp)")
+    private = "block (private to this iteration)"
+    at_parallel = ([alloc_a.replace("block", private)] if pack_a and level_a >= level_par else []) \
+        + ([alloc_b.replace("block", private)] if pack_b and level_b >= level_par else [])
+    packs = ([(level_a, "pack_a(A, i0, p0, mc, kc, Ap)")] if pack_a else []) \
+        + ([(level_b, "pack_b(B, p0, j0, kc, nc, Bp)")] if pack_b else [])
+    ind = emit_block_loops(body, order, par, at_parallel, packs)
     first = "p0 == 0" if c["write_cache"] else "False"
     a_args = ("Ap", "ir // MR") if pack_a else ("A", "i0 + ir")
     b_args = ("Bp", "jr // NR") if pack_b else ("B", "j0 + jr")
