@@ -67,7 +67,7 @@ def _covers(tile: int, dim: int) -> bool:
 
 class GemmTemplate(Template):
     name = "gemm"
-    version = 6
+    version = 7
     workload_kind = "gemm"
     entry = "kernel"
 
@@ -78,7 +78,9 @@ class GemmTemplate(Template):
         knobs = [
             Knob("tile_m", _with_splits(_tile_values(w.M, 16), w.M, max_threads), True, "rows of C per cache block (A block in L2)"),
             Knob("tile_n", _with_splits(_tile_values(w.N, 16), w.N, max_threads), True, "columns of C per cache block (B block in L3/L2)"),
-            Knob("tile_k", _tile_values(w.K, 32), True, "K depth per cache block (B micro-panel in L1)"),
+            # Few rows of C (GEMV-like): B is streamed once, and thin K blocks keep the number
+            # of concurrent row streams within what the hardware prefetcher tracks.
+            Knob("tile_k", _tile_values(w.K, 4 if w.M < 8 else 32), True, "K depth per cache block (B micro-panel in L1)"),
             Knob("mr", (1, 2, 4, 6, 8, 12, 16), True, "rows of the register micro-tile"),
             Knob("nr", (1, L // 2, L, 2 * L, 3 * L, 4 * L), True, "columns of the register micro-tile"),
             Knob("loop_order", LOOP_ORDERS, False, "order of the block loops, outermost first"),
@@ -159,7 +161,7 @@ class GemmTemplate(Template):
         if w.M < 6:
             # matrix-vector-like: a few rows of C, B streamed once in thin K blocks, unpacked
             mr = max(v for v in (1, 2, 4) if v <= w.M)
-            cfg.update(mr=mr, nr=4 * L, pack_b=False, tile_k=_pick(sp, "tile_k", 32),
+            cfg.update(mr=mr, nr=4 * L, pack_b=False, tile_k=_pick(sp, "tile_k", 8),
                        tile_n=_pick(sp, "tile_n", max(tile_n, 1024) if threads == 1 else tile_n))
         return _repair(sp, cfg)
 
