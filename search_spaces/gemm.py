@@ -204,6 +204,23 @@ class GemmTemplate(Template):
         steps.append(("parallel", parallel))
         return [(name, _repair(sp, cfg)) for name, cfg in steps]
 
+    def transfer_hazard(self, workload: Gemm, config: Config) -> str | None:
+        """Unpacked operands make a config shape-fragile: the micro-kernel's vector loads of an
+        unpacked B row are unaligned unless rows are whole cache lines, and partial micro-tiles
+        of unpacked operands run the bounded edge kernel. Measured: the tuned 2-thread 1024^3
+        config (A and B unpacked, 8x32 tiles) ran 1023^3 at 0.17x NumPy, the packed template
+        default at 0.91x."""
+        w, c = workload, config
+        itemsize = 8 if w.dtype == "float64" else 4
+        if not c.get("pack_b", True):
+            if (w.N * itemsize) % 64:
+                return f"unpacked B rows of {w.N * itemsize} bytes are not whole cache lines"
+            if w.N % c["nr"]:
+                return f"N={w.N} leaves partial {c['nr']}-column tiles of unpacked B"
+        if not c.get("pack_a", True) and w.M % c["mr"]:
+            return f"M={w.M} leaves partial {c['mr']}-row tiles of unpacked A"
+        return None
+
     # -- code generation -------------------------------------------------------------------
     def codegen(self, workload: Gemm, config: Config) -> str:
         w = workload

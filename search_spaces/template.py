@@ -33,6 +33,12 @@ class Template(ABC):
     def codegen(self, workload: Workload, config: Config) -> str:
         """Readable module source defining ``self.entry``. Raises InstantiationError."""
 
+    def transfer_hazard(self, workload: Workload, config: Config) -> str | None:
+        """Why ``config``, tuned for a similar workload, may be slow on ``workload`` (None when
+        nothing in the config depends on the exact shape). The similar-workload fallback skips
+        hazardous configs."""
+        return None
+
     def threads(self, config: Config) -> int:
         """Threads the generated kernel uses (the run worker sets Numba's pool to this)."""
         return int(config.get("threads", 1))

@@ -96,6 +96,40 @@ def test_fallback_uses_the_most_similar_tuned_workload(templates, store, capsys)
         dispatch.select_config(w, templates["naive"], store, threads=1, strict=True)
 
 
+TUNED_1024_2T = {"loop_order": "nmk", "microkernel": "intrinsic", "mr": 8, "nr": 32,
+                 "pack_a": False, "pack_b": False, "parallel": "n", "threads": 2, "tile_k": 384,
+                 "tile_m": 128, "tile_n": 512, "unroll_k": 1, "vec": 16, "write_cache": True}
+
+
+@pytest.mark.parametrize("shape, why", [
+    ("1x1024x4096", "no similar workload"),         # M differs 1024x: not similar at all
+    ("1023x1023x1023", "unpacked operands"),        # similar, but the config is shape-fragile
+])
+def test_fallback_skips_far_or_fragile_transfers(store, shape, why):
+    from search_spaces import get_template
+    from tuner.search.model_based import transfer_fallback
+
+    t = get_template("gemm")
+    target = host_target()
+    run = store.start_run(target, "test", "random", 2)
+    store.add_trials(run, Gemm.parse("1024x1024x1024"), target, [
+        TrialRecord(t.name, t.version, Config(TUNED_1024_2T), 2,
+                    MeasureResult(Status.OK, [1e-2] * 3))])
+    w = Gemm.parse(shape)
+    assert t.transfer_hazard(Gemm.parse("1024x1024x1024"), Config(TUNED_1024_2T)) is None
+    got = transfer_fallback(w, t, store, target, 2)
+    if why == "no similar workload":
+        assert got is None   # dispatch uses the template default
+    else:
+        assert t.transfer_hazard(w, Config(TUNED_1024_2T)) is not None
+        # the template default (None) or the cost model's pick, never the fragile config
+        assert got is None or t.transfer_hazard(w, got[0]) is None, got
+    # a packed config of 1024^3 does transfer to 1023^3
+    if shape == "1023x1023x1023":
+        packed = {**TUNED_1024_2T, "pack_a": True, "pack_b": True}
+        assert t.transfer_hazard(w, Config(packed)) is None
+
+
 def test_tpe_study_lives_in_the_tuner_database_and_resumes(db_url):
     import optuna
 

@@ -151,14 +151,19 @@ def strategy_options(strategy: str, workload, template, store, target, threads: 
 
 def _param_distance(a: dict, b: dict) -> float | None:
     """Shape distance of two workloads of one kind: sum of |log2| ratios of numeric params;
-    None when a non-numeric parameter (dtype, layout ...) differs."""
+    None when a non-numeric parameter (dtype, layout ...) differs, or when one numeric
+    parameter differs by more than SIMILAR_FACTOR (a 1x1024x4096 GEMV is not "similar" to
+    1024^3, whatever the sum: its tuned config ran it at 0.14x NumPy, its own default 0.8x)."""
     import math
 
     d = 0.0
     for k in sorted(set(a) | set(b)):
         x, y = a.get(k), b.get(k)
         if isinstance(x, (int, float)) and isinstance(y, (int, float)) and x > 0 and y > 0:
-            d += abs(math.log2(x / y))
+            step = abs(math.log2(x / y))
+            if step > math.log2(SIMILAR_FACTOR):
+                return None
+            d += step
         elif x != y:
             return None
     return d
@@ -182,14 +187,19 @@ def _project(space, config) -> Config | None:
     return cfg if space.is_valid(cfg) else None
 
 
+SIMILAR_FACTOR = 2.0   # a similar workload's numeric params are each within this factor
+
+
 def transfer_fallback(workload, template, store, target, threads: int,
                       pool: int = 300, seed: int = 0) -> tuple[Config, str] | None:
     """A better fallback than the template default for a workload with no record.
 
     The best config of the most similar tuned workload of the same kind (same target, thread
-    budget and template version), moved onto this workload's space; if none fits, the
-    cost model's pick, trained on all those records, among ``pool`` random configs and the
-    template default. Returns (config, how it was chosen) or None when nothing is recorded.
+    budget and template version; every shape parameter within SIMILAR_FACTOR), moved onto
+    this workload's space, unless the template names a hazard in applying it to this exact
+    shape; if similar workloads exist but none fits, the cost model's pick, trained on all
+    those records, among ``pool`` random configs and the template default. Returns (config,
+    how it was chosen) or None (use the template default).
     """
     import random
 
@@ -205,10 +215,12 @@ def transfer_fallback(workload, template, store, target, threads: int,
         d = _param_distance(params, json.loads(b.workload_key.split(":", 1)[1]))
         if d is not None:
             ranked.append((d, b.workload_key, b))
+    if not ranked:
+        return None
     space = template.space(workload, threads)
     for d, key, b in sorted(ranked, key=lambda t: (t[0], t[1])):
         cfg = _project(space, b.config)
-        if cfg is not None:
+        if cfg is not None and template.transfer_hazard(workload, cfg) is None:
             return cfg, f"the best config of the most similar tuned workload {key}"
     opts = strategy_options("model", workload, template, store, target, threads, transfer=True)
     if "prior" not in opts:
@@ -221,6 +233,7 @@ def transfer_fallback(workload, template, store, target, threads: int,
         return None
     rng = random.Random(seed)
     cands = list(dict.fromkeys([template.default_config(workload, threads)]
-                               + [space.sample(rng) for _ in range(pool)]))
+                               + [c for c in (space.sample(rng) for _ in range(pool))
+                                  if template.transfer_hazard(workload, c) is None]))
     best = cands[int(model.predict(cands).argmin())]
     return best, f"the cost model's pick (trained on {len(opts['prior'])} records of other workloads)"
