@@ -40,3 +40,31 @@ def test_bench_bad_input(db_url):
     assert_one_line_error(tuner("bench", "gemm", "--shapes", "12xx", "--db", db_url))
     assert_one_line_error(tuner("bench", "gemm", "--threads", "0", "--db", db_url))
     assert_one_line_error(tuner("bench", "report", "/nonexistent.json"))
+
+
+def test_bench_compare_remeasures_each_databases_best(tmp_path):
+    """Two tuning runs of one shape (different budgets) in two databases: each best is
+    re-measured beside NumPy in one run, with what its run cost."""
+    dbs = []
+    for name, trials in (("short", 2), ("long", 4)):
+        url = f"sqlite:///{tmp_path / name}.db"
+        p = tuner("tune", "gemm", "--shape", "24x40x16", "--trials", str(trials), "--threads", "1",
+                  "--strategy", "random", "--db", url, "--log", "", "--no-progress")
+        assert p.returncode == 0, p.stderr
+        dbs.append(url)
+    out = tmp_path / "c.json"
+    p = tuner("bench", "compare", "--shape", "24x40x16", "--dbs", ",".join(dbs), "--threads", "1",
+              "--rounds", "2", "--repeat", "3", "--min-repeat-ms", "2", "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    data = json.loads(out.read_text())
+    assert [e["configs"] for e in data["entries"]] == [2, 4]
+    for e in data["entries"]:
+        assert e["wall_s"] > 0 and len(e["samples"]) >= 6 and e["ratio"] > 0
+        assert 0 < e["of_best"] <= 1
+    assert max(e["of_best"] for e in data["entries"]) == 1.0
+    assert "| configs measured |" in p.stdout
+    rep = tuner("bench", "report", str(out))
+    assert rep.returncode == 0 and "of best" in rep.stdout
+    # a database without a record of the shape, and a missing file: one line, exit 2
+    assert_one_line_error(tuner("bench", "compare", "--shape", "8x8x8", "--dbs", dbs[0], "--threads", "1"))
+    assert_one_line_error(tuner("bench", "compare", "--dbs", str(tmp_path / "none.db"), "--threads", "1"))

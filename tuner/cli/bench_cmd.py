@@ -1,4 +1,4 @@
-"""``python -m tuner bench gemm | ladder | report``: measured claims, always beside NumPy."""
+"""``python -m tuner bench gemm | ladder | model | compare | report``: measured claims, always beside NumPy."""
 from __future__ import annotations
 
 import datetime as dt
@@ -38,6 +38,17 @@ def register(sub) -> None:
     add_db_arg(mb)
     mb.add_argument("--out", default=None, help="result JSON (default logs/bench-model-<time>.json)")
     mb.set_defaults(handler=run_model)
+
+    c = bsub.add_parser("compare", help="the best configs of several tuning databases, re-measured side by side")
+    c.add_argument("--shape", default="1024x1024x1024")
+    c.add_argument("--dtype", default="float32")
+    c.add_argument("--dbs", required=True, help="comma-separated SQLAlchemy URLs (or SQLite file paths)")
+    c.add_argument("--threads", type=int, default=None, help="thread count of the records (default: all cores)")
+    c.add_argument("--rounds", type=int, default=3, help="alternating measurement rounds")
+    c.add_argument("--repeat", type=int, default=7)
+    c.add_argument("--min-repeat-ms", type=float, default=50.0)
+    c.add_argument("--out", default=None, help="result JSON (default logs/bench-compare-<time>.json)")
+    c.set_defaults(handler=run_compare)
 
     r = bsub.add_parser("report", help="print the markdown table of a result file")
     r.add_argument("file")
@@ -140,6 +151,32 @@ def run_model(args) -> int:
     return 0
 
 
+def run_compare(args) -> int:
+    from tuner.bench.compare import bench_compare, compare_markdown
+    from tuner.cli.common import threads_of
+    from tuner.errors import UsageError
+    from workloads.gemm import Gemm
+
+    w = Gemm.parse(args.shape, args.dtype)
+    dbs = [d.strip() for d in args.dbs.split(",") if d.strip()]
+    if not dbs:
+        raise UsageError("--dbs needs at least one database")
+    if args.rounds < 1:
+        raise UsageError(f"--rounds must be >= 1, got {args.rounds}")
+    dbs = [d if "://" in d else f"sqlite:///{Path(d).resolve()}" for d in dbs]
+    for d in dbs:
+        if d.startswith("sqlite:///") and not Path(d[len("sqlite:///"):]).is_file():
+            raise UsageError(f"no such database file: {d[len('sqlite:///'):]}")
+    data = bench_compare(w, dbs, threads_of(args), args.rounds, _mopts(args))
+    path = _out(args, "compare")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, default=str))
+    print()
+    print(compare_markdown(data))
+    print(f"\nwrote {path}")
+    return 0
+
+
 def run_report(args) -> int:
     from tuner.bench.gemm_bench import table_markdown
     from tuner.bench.ladder import ladder_markdown
@@ -154,6 +191,11 @@ def run_report(args) -> int:
         from tuner.bench.model_bench import table_markdown as model_markdown
 
         print(model_markdown(data))
+        return 0
+    if kind == "bench-compare":
+        from tuner.bench.compare import compare_markdown
+
+        print(compare_markdown(data))
         return 0
     print(ladder_markdown(data) if kind == "bench-ladder" else table_markdown(data))
     return 0

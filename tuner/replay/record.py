@@ -1,7 +1,11 @@
 """Record a replay table with the real measurement pipeline.
 
     python -m tuner.replay.record --shape 256x256x256 --configs 500 --out workloads/tables/gemm-256x256x256.jsonl.gz
+    python -m tuner.replay.record --workload 'conv2d:{...}' --configs 300 --out workloads/tables/conv2d-NAME.jsonl.gz
     python -m tuner.replay.record --import-table gemm-256x256x256 --db sqlite:///logs/tuning.db
+
+``--workload`` takes any workload key (``python -m tuner tasks MODEL --keys`` prints a
+model's), recorded with the kind's template unless ``--template`` names another.
 
 A uniform random sample of the template's valid configs (thread budget ``--threads``,
 default 1), plus a few random points of the full product that violate the constraints
@@ -88,9 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--import-table", metavar="TABLE", default=None,
                    help="instead of recording: write TABLE's rows into --db as trials")
     p.add_argument("--db", default=None, help="records database for --import-table")
-    p.add_argument("--shape")
+    p.add_argument("--shape", help="a GEMM shape MxNxK")
+    p.add_argument("--workload", metavar="KEY", help="any workload key, e.g. a model task's")
     p.add_argument("--dtype", default="float32")
-    p.add_argument("--template", default="gemm")
+    p.add_argument("--template", default=None, help="default: the workload kind's template")
     p.add_argument("--configs", type=int, default=500, help="valid configs to sample")
     p.add_argument("--invalid", type=int, default=20, help="constraint-violating points to add")
     p.add_argument("--threads", type=int, default=1)
@@ -111,15 +116,20 @@ def main(argv: list[str] | None = None) -> int:
         n = import_table(Table.load(a.import_table), open_store(a.db), host_target())
         print(f"imported {n} rows of {a.import_table}")
         return 0
-    if not (a.shape and a.out):
-        p.error("recording needs --shape and --out")
+    if not ((a.shape or a.workload) and a.out):
+        p.error("recording needs --shape or --workload, and --out")
 
     from tuner.measure.measurer import MeasureOptions, Measurer
     from tuner.target import host_target
+    from tuner.errors import UsageError
+    from workloads import from_key
     from workloads.gemm import Gemm
 
-    w = Gemm.parse(a.shape, a.dtype)
-    template = get_template(a.template)
+    try:
+        w = from_key(a.workload) if a.workload else Gemm.parse(a.shape, a.dtype)
+    except UsageError as exc:
+        p.error(str(exc))
+    template = get_template(a.template or w.kind)
     space = template.space(w, a.threads)
     target = host_target()
     configs = sample_configs(space, a.configs, a.invalid, a.seed)
