@@ -93,7 +93,8 @@ class Store:
         kwargs: dict = {}
         if parsed.get_backend_name() == "sqlite":
             db = parsed.database
-            if db and db != ":memory:":
+            # (a "file:..." database is an SQLite URI, e.g. read-only mode: not a path to make)
+            if db and db != ":memory:" and not db.startswith("file:"):
                 Path(db).parent.mkdir(parents=True, exist_ok=True)
             kwargs["connect_args"] = {"timeout": 60}
         try:
