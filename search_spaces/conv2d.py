@@ -135,7 +135,7 @@ def repair(space: ConfigSpace, cfg: dict) -> Config:
 
 class Conv2dTemplate(Template):
     name = "conv2d"
-    version = 2
+    version = 3
     workload_kind = "conv2d"
     entry = "kernel"
 

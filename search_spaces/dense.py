@@ -28,7 +28,7 @@ from tuner.errors import InstantiationError
 
 class DenseTemplate(Template):
     name = "dense"
-    version = 2
+    version = 3
     workload_kind = "dense"
     entry = "kernel"
 

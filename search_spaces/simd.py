@@ -15,6 +15,9 @@ checks (the generated code computes offsets that are in range by construction).
     vload2(C, i, j, lanes) / vstore2(C, i, j, v)   row i, columns j.. of a 2-D array whose
                               rows are contiguous (any row stride)
     vbroadcast2(A, i, j, lanes)   A[i, j] in every lane
+    vload_n(arr, i, n, lanes)     arr.flat[i : i+n], zeros in the other lanes (masked load:
+                              nothing past i+n-1 is read; n clamped to 0..lanes)
+    vload_s2(arr, i, n, lanes)    arr.flat[i], arr.flat[i+2], ... (n of them), zeros after
 
 Importable and cache-safe: a kernel compiled with ``cache=True`` that uses them is loaded
 from Numba's cache by a process that imports this module.
@@ -203,3 +206,72 @@ def vbroadcast2(typingctx, arr, i, j, lanes):
         x = builder.load(_row_ptr(context, builder, sig.args[0], args[0], args[1], args[2]))
         return _splat(context, builder, vt, x)
     return vt(arr, i, j, lanes), codegen
+
+
+# -- masked forms: the first n lanes (n clamped to 0..lanes), for row tails and strided rows ----
+def _lane_mask(builder, n, lanes: int):
+    """<lanes x i1>: lane k is on when k < n (n <= 0 gives none, n >= lanes all)."""
+    i32 = ir.IntType(32)
+    lo, hi = ir.Constant(n.type, 0), ir.Constant(n.type, lanes)
+    n = builder.select(builder.icmp_signed("<", n, lo), lo, n)
+    n = builder.select(builder.icmp_signed(">", n, hi), hi, n)
+    n = builder.trunc(n, i32) if n.type.width > 32 else n
+    vty = ir.VectorType(i32, lanes)
+    splat = builder.shuffle_vector(builder.insert_element(ir.Constant(vty, ir.Undefined), n,
+                                                          ir.Constant(i32, 0)),
+                                   ir.Constant(vty, ir.Undefined), ir.Constant(vty, [0] * lanes))
+    return builder.icmp_signed("<", ir.Constant(vty, list(range(lanes))), splat)
+
+
+def _masked_load(context, builder, ptr, vty, mask, align: int):
+    fty = ir.FunctionType(vty, [vty.as_pointer(), ir.IntType(32), mask.type, vty])
+    name = f"llvm.masked.load.v{vty.count}{_suffix(vty.element)}.p0v{vty.count}{_suffix(vty.element)}"
+    fn = cgutils.get_or_insert_function(builder.module, fty, name)
+    return builder.call(fn, [_vec_ptr(builder, ptr, vty), ir.Constant(ir.IntType(32), align),
+                             mask, ir.Constant(vty, None)])
+
+
+def _suffix(t) -> str:
+    if isinstance(t, ir.FloatType):
+        return "f32"
+    if isinstance(t, ir.DoubleType):
+        return "f64"
+    return f"i{t.width}"
+
+
+@intrinsic
+def vload_n(typingctx, arr, i, n, lanes):
+    """arr.flat[i : i+n] in the first n lanes, zeros after; reads nothing past i+n-1."""
+    _contiguous(arr, "vload_n")
+    vt = Vec(arr.dtype, _lanes(lanes))
+
+    def codegen(context, builder, sig, args):
+        vty = context.get_value_type(vt)
+        ptr = _flat_ptr(context, builder, sig.args[0], args[0], args[1])
+        return _masked_load(context, builder, ptr, vty, _lane_mask(builder, args[2], vt.lanes),
+                            _align(context, arr.dtype))
+    return vt(arr, i, n, lanes), codegen
+
+
+@intrinsic
+def vload_s2(typingctx, arr, i, n, lanes):
+    """arr.flat[i], arr.flat[i+2], ... (n of them) in the first n lanes, zeros after: two
+    masked loads of consecutive elements and one even-lane shuffle; reads only i..i+2n-2."""
+    _contiguous(arr, "vload_s2")
+    vt = Vec(arr.dtype, _lanes(lanes))
+
+    def codegen(context, builder, sig, args):
+        lanes_ = vt.lanes
+        vty = context.get_value_type(vt)
+        align = _align(context, arr.dtype)
+        span = builder.sub(builder.mul(args[2], ir.Constant(args[2].type, 2)),
+                           ir.Constant(args[2].type, 1))          # elements i .. i+2n-2
+        lo_ptr = _flat_ptr(context, builder, sig.args[0], args[0], args[1])
+        hi_ptr = builder.gep(lo_ptr, [ir.Constant(ir.IntType(64), lanes_)])
+        lo = _masked_load(context, builder, lo_ptr, vty, _lane_mask(builder, span, lanes_), align)
+        rest = builder.sub(span, ir.Constant(span.type, lanes_))
+        hi = _masked_load(context, builder, hi_ptr, vty, _lane_mask(builder, rest, lanes_), align)
+        even = ir.Constant(ir.VectorType(ir.IntType(32), lanes_), list(range(0, 2 * lanes_, 2)))
+        return builder.shuffle_vector(lo, hi, even)
+    return vt(arr, i, n, lanes), codegen
+

@@ -52,6 +52,21 @@ def test_im2col_conv_default_and_blocked_configs(level, layout):
     assert check(w, blocked) is None
 
 
+@pytest.mark.parametrize("k,s,pad", [(3, 1, 1), (3, 2, 1), (1, 2, 0), (7, 2, 3), (5, 3, 2), (3, 1, 0)])
+def test_nchw_im2col_rows_every_stride(k, s, pad):
+    """The NCHW im2col packing (masked vector rows for stride 1, even lanes for stride 2,
+    scalar otherwise) with output rows split across column blocks and partial panels."""
+    t = get_template("conv2d")
+    w = conv_workload(3, 23, 10, k, s, 2, pad=pad)
+    assert t.plan(w)["b"] == ("direct" if k == 1 and s == 1 else "im2col_nchw")
+    assert check(w, t.default_config(w, 1)) is None
+    sp = t.space(w, 1)
+    for tn, nr in ((16, 16), (32, 32), (48, 48)):
+        cfg = t.default_config(w, 1).replace(tile_n=tn, nr=nr, mr=4, tile_k=16, tile_m=16)
+        assert sp.is_valid(cfg), sp.violation(cfg)
+        assert check(w, cfg) is None, cfg
+
+
 @pytest.mark.parametrize("level", [2, 3])
 def test_pointwise_conv_reads_operands_in_place(level):
     t = get_template("conv2d")
@@ -64,6 +79,10 @@ def test_pointwise_conv_reads_operands_in_place(level):
                     tile_n=sp.knob("tile_n").values[-1], tile_k=16, loop_order="mnk")
     assert sp.is_valid(cfg), sp.violation(cfg)
     assert check(w, cfg) is None
+    # Packed copies of the operands, with a partial last panel (N = 42 columns, NR = 16).
+    packed = cfg.replace(pack_a=True, pack_b=True, tile_n=sp.knob("tile_n").values[0])
+    assert sp.is_valid(packed), sp.violation(packed)
+    assert check(w, packed) is None
 
 
 def test_wrong_kernel_is_caught():
