@@ -18,6 +18,7 @@ checks (the generated code computes offsets that are in range by construction).
     vload_n(arr, i, n, lanes)     arr.flat[i : i+n], zeros in the other lanes (masked load:
                               nothing past i+n-1 is read; n clamped to 0..lanes)
     vload_s2(arr, i, n, lanes)    arr.flat[i], arr.flat[i+2], ... (n of them), zeros after
+    vstore_n(arr, i, v, n)        arr.flat[i : i+n] = the first n lanes of v (masked store)
 
 Importable and cache-safe: a kernel compiled with ``cache=True`` that uses them is loaded
 from Numba's cache by a process that imports this module.
@@ -152,11 +153,15 @@ def vadd(typingctx, a, b):
     return a(a, b), codegen
 
 
+def _vector_of(arr, v, what: str) -> None:
+    if not (isinstance(v, Vec) and v.dtype == arr.dtype):
+        raise TypingError(f"{what} of {v} into {arr}")
+
+
 @intrinsic
 def vstore(typingctx, arr, i, v):
     _contiguous(arr, "vstore")
-    if not (isinstance(v, Vec) and v.dtype == arr.dtype):
-        raise TypingError(f"vstore of {v} into {arr}")
+    _vector_of(arr, v, "vstore")
 
     def codegen(context, builder, sig, args):
         ptr = _flat_ptr(context, builder, sig.args[0], args[0], args[1])
@@ -187,8 +192,7 @@ def vload2(typingctx, arr, i, j, lanes):
 @intrinsic
 def vstore2(typingctx, arr, i, j, v):
     _rows_contiguous(arr, "vstore2")
-    if not (isinstance(v, Vec) and v.dtype == arr.dtype):
-        raise TypingError(f"vstore2 of {v} into {arr}")
+    _vector_of(arr, v, "vstore2")
 
     def codegen(context, builder, sig, args):
         ptr = _row_ptr(context, builder, sig.args[0], args[0], args[1], args[2])
@@ -275,3 +279,25 @@ def vload_s2(typingctx, arr, i, n, lanes):
         return builder.shuffle_vector(lo, hi, even)
     return vt(arr, i, n, lanes), codegen
 
+
+
+
+def _masked_store(builder, v, ptr, mask, align: int) -> None:
+    vty = v.type
+    sfx = f"v{vty.count}{_suffix(vty.element)}"
+    fty = ir.FunctionType(ir.VoidType(), [vty, vty.as_pointer(), ir.IntType(32), mask.type])
+    fn = cgutils.get_or_insert_function(builder.module, fty, f"llvm.masked.store.{sfx}.p0{sfx}")
+    builder.call(fn, [v, _vec_ptr(builder, ptr, vty), ir.Constant(ir.IntType(32), align), mask])
+
+
+@intrinsic
+def vstore_n(typingctx, arr, i, v, n):
+    """arr.flat[i : i+n] = the first n lanes of v (masked store; n clamped to 0..lanes)."""
+    _contiguous(arr, "vstore_n")
+    _vector_of(arr, v, "vstore_n")
+
+    def codegen(context, builder, sig, args):
+        _masked_store(builder, args[2], _flat_ptr(context, builder, sig.args[0], args[0], args[1]),
+                      _lane_mask(builder, args[3], args[2].type.count), _align(context, arr.dtype))
+        return context.get_dummy_value()
+    return types.none(arr, i, v, n), codegen

@@ -146,3 +146,21 @@ def test_fixed_template_pools_softmax_lrn():
     assert {w.summary() for w in fixed.values()} >= {"max_pool2d", "lrn", "avg_pool2d", "softmax"}
     for w in fixed.values():
         assert run_kernel(w, t, t.default_config(w)) is None, w.summary()
+
+
+@pytest.mark.parametrize("shape,k,s,p,ceil", [
+    ((2, 9, 10), 3, 2, 1, True), ((2, 7, 33), 3, 1, 1, False), ((3, 8, 8), 2, 2, 0, True),
+    ((2, 9, 9), 3, 3, 0, False), ((2, 20, 37), 3, 2, 1, False)])
+def test_max_pool_vector_rows_with_padding_and_ceil_mode(shape, k, s, p, ceil):
+    """NCHW max pooling (vector rows for stride 1/2, scalar for 3) on negative inputs, so
+    padding read as 0 instead of -inf would show."""
+    b = GraphBuilder("g")
+    y = b.op("max_pool2d", b.input("x", (1,) + shape), pool_size=[k, k], strides=[s, s],
+             padding=[p, p, p, p], ceil_mode=ceil)
+    (w,) = [workload_for_group(n) for n in fused_groups(optimize(b.build(y), opt_level=2))]
+    t = get_template("fixed")
+    assert ("vstore_n" in t.codegen(w, t.default_config(w))) == (s in (1, 2))
+    x, out = w.make_inputs(), w.make_outputs()
+    x[0][...] = -np.abs(x[0]) - 1
+    load_kernel(w, t, t.default_config(w))(*x, *out)
+    assert w.check(x, out, w.reference(x)) is None
