@@ -301,3 +301,26 @@ def vstore_n(typingctx, arr, i, v, n):
                       _lane_mask(builder, args[3], args[2].type.count), _align(context, arr.dtype))
         return context.get_dummy_value()
     return types.none(arr, i, v, n), codegen
+
+
+def _prefetch(name: str, rw: int):
+    def typer(typingctx, arr, i):
+        _contiguous(arr, name)
+
+        def codegen(context, builder, sig, args):
+            ptr = builder.bitcast(_flat_ptr(context, builder, sig.args[0], args[0], args[1]),
+                                  ir.IntType(8).as_pointer())
+            i32 = ir.IntType(32)
+            fty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
+            fn = cgutils.get_or_insert_function(builder.module, fty, "llvm.prefetch.p0i8")
+            builder.call(fn, [ptr, ir.Constant(i32, rw), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+            return context.get_dummy_value()
+        return types.none(arr, i), codegen
+    typer.__name__ = name
+    return intrinsic(typer)
+
+
+# A hint that the cache line of arr.flat[i] is read (written) soon; never faults, so i may be
+# past the end of arr.
+prefetch = _prefetch("prefetch", 0)
+prefetch_w = _prefetch("prefetch_w", 1)
