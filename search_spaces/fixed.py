@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 
 from search_spaces.epilogue import DTYPE_SRC, Epilogue
-from search_spaces.pool_vector import VEC_NAMES, max_pool_nchw_vector, max_pool_vector
+from search_spaces.fixed_vector import (VEC_NAMES, lrn_vector, lrn_vector_source,
+                                       max_pool_nchw_vector, max_pool_vector)
 from search_spaces.space import Config, ConfigSpace, Knob
 from search_spaces.template import Template
 from tuner.errors import InstantiationError
@@ -34,7 +35,7 @@ def _main(w) -> tuple[str, dict, list[dict]]:
 
 class FixedTemplate(Template):
     name = "fixed"
-    version = 2
+    version = 3
     workload_kind = "fixed"
     entry = "kernel"
 
@@ -59,11 +60,15 @@ class FixedTemplate(Template):
         sig = ", ".join([f"p{k}" for k in range(n_params)] + ["out"])
         lines = epi.prep_lines() + ["X = p0", "Cf = out.reshape(-1)"]
         imports = ["import numba", "import numpy as np"]
-        if op == "max_pool2d" and not epilogue and max_pool_vector(attrs):
-            # Rows of outputs as vectors; the kernel stores them itself.
+        vec = 16 if w.dtype == "float32" else 8
+        vector = not epilogue and (op == "max_pool2d" and max_pool_vector(attrs)
+                                   or op == "lrn" and lrn_vector(attrs, x_shape))
+        if vector:
+            # Outputs as vectors (search_spaces.fixed_vector); the kernel stores them itself.
             imports += [f"from search_spaces.simd import {', '.join(VEC_NAMES)}",
-                        "from search_spaces.epilogue import vmax"]
-            lines += max_pool_nchw_vector(attrs, x_shape, shape, 16 if w.dtype == "float32" else 8)
+                        "from search_spaces.epilogue import vdiv, vmax, vmul"]
+            lines += (max_pool_nchw_vector(attrs, x_shape, shape, vec) if op == "max_pool2d"
+                      else lrn_vector_source(attrs, x_shape, vec))
         else:
             body = getattr(self, "_" + op)(attrs, x_shape, shape)
             lines += body

@@ -19,6 +19,8 @@ checks (the generated code computes offsets that are in range by construction).
                               nothing past i+n-1 is read; n clamped to 0..lanes)
     vload_s2(arr, i, n, lanes)    arr.flat[i], arr.flat[i+2], ... (n of them), zeros after
     vstore_n(arr, i, v, n)        arr.flat[i : i+n] = the first n lanes of v (masked store)
+    vsqrt(v)                      lane-wise square root
+    prefetch(arr, i) / prefetch_w(arr, i)   cache-line hints (read / write), never fault
 
 Importable and cache-safe: a kernel compiled with ``cache=True`` that uses them is loaded
 from Numba's cache by a process that imports this module.
@@ -324,3 +326,17 @@ def _prefetch(name: str, rw: int):
 # past the end of arr.
 prefetch = _prefetch("prefetch", 0)
 prefetch_w = _prefetch("prefetch_w", 1)
+
+
+@intrinsic
+def vsqrt(typingctx, a):
+    """Lane-wise square root (llvm.sqrt: one vsqrtps/vsqrtpd)."""
+    if not (isinstance(a, Vec) and isinstance(a.dtype, types.Float)):
+        raise TypingError(f"vsqrt needs a float vector, got {a}")
+
+    def codegen(context, builder, sig, args):
+        x = args[0]
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(x.type, [x.type]),
+                                            f"llvm.sqrt.v{a.lanes}f{a.dtype.bitwidth}")
+        return builder.call(fn, [x])
+    return a(a), codegen

@@ -164,3 +164,15 @@ def test_max_pool_vector_rows_with_padding_and_ceil_mode(shape, k, s, p, ceil):
     x[0][...] = -np.abs(x[0]) - 1
     load_kernel(w, t, t.default_config(w))(*x, *out)
     assert w.check(x, out, w.reference(x)) is None
+
+
+@pytest.mark.parametrize("size,beta", [(5, 0.75), (4, 0.5), (3, 1.0), (5, 0.6)])
+def test_lrn_vector_and_scalar_forms(size, beta):
+    """LRN across channels: vector form for beta 0.5/0.75/1 (inner block of 7 x 9, not a
+    multiple of the vector width), scalar pow for other betas; both against the reference."""
+    b = GraphBuilder("g")
+    y = b.op("lrn", b.input("x", (1, 11, 7, 9)), size=size, alpha=0.3, beta=beta, bias=1.5)
+    (w,) = [workload_for_group(n) for n in fused_groups(optimize(b.build(y), opt_level=2))]
+    t = get_template("fixed")
+    assert ("vstore_n" in t.codegen(w, t.default_config(w))) == (beta in (0.5, 0.75, 1.0))
+    assert run_kernel(w, t, t.default_config(w)) is None
