@@ -52,3 +52,21 @@ def test_timeout_and_early_stopping(templates, store, measurer):
     s = tune(w, templates["naive"], store, host_target(),
              TuneOptions(strategy="grid", trials=4, timeout=0.0, progress=False), measurer=measurer)
     assert s.stop_reason == "timeout" and s.measured == 0 and s.best is None
+
+
+def test_a_busy_machine_is_announced_and_recorded(templates, store, measurer, monkeypatch, capsys):
+    import os
+
+    from tuner import target as target_mod
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.2, 0.2))
+    assert target_mod.busy_note(1) is None
+    monkeypatch.setattr(os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    note = target_mod.busy_note(1)
+    assert "load average 9.0" in note and "bench compare" in note
+    w = Gemm.parse("16x8x8")
+    tune(w, templates["naive"], store, host_target(),
+         TuneOptions(strategy="random", trials=1, threads=1, progress=False), measurer=measurer)
+    assert capsys.readouterr().err.count("the machine is busy") == 1
+    (run,) = [r for r in store.runs() if r.summary.get("measured") == 1]
+    assert run.summary["busy_at_start"] == note

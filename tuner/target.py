@@ -116,6 +116,24 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def busy_note(threads: int) -> str | None:
+    """A warning when other work is already using the CPUs a ``threads``-thread measurement
+    needs (1-minute load average above the cores left over, plus half a core), else None.
+    Timings then say more about the neighbours than about the kernel; a 2-thread kernel on a
+    2-core machine suffers most (measured: the default 1024^3 config fell from ~190 to 52
+    GFLOPS with a colleague's benchmarks on both cores, so a run picked a 1-thread config)."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # pragma: no cover - non-Unix
+        return None
+    cores = usable_cores()
+    if load <= cores - threads + 0.5:
+        return None
+    return (f"the machine is busy (load average {load:.1f} on {cores} CPUs) while measuring with "
+            f"{threads} thread(s): timings will be disturbed; compare the results later, side by "
+            "side, with `python -m tuner bench compare`")
+
+
 @functools.lru_cache(maxsize=1)
 def host_target() -> Target:
     """Detect this machine (cached per process)."""

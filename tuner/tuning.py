@@ -22,6 +22,7 @@ from tuner.measure.measurer import MeasureOptions, Measurer
 from tuner.measure.result import MeasureResult, Status, summarize
 from tuner.search import make_strategy
 from tuner.search.model_based import strategy_options
+from tuner.target import busy_note
 
 
 @dataclass
@@ -98,6 +99,9 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
         transfer=opts.transfer, optuna_storage=opts.optuna_storage))
     run_id = store.start_run(target, opts.command, opts.strategy, opts.threads)
     flops = workload.flops()
+    busy = busy_note(opts.threads)
+    if busy:
+        print(f"tuner: {busy}", file=sys.stderr)
 
     # Resume, and share with concurrent tuners: every config recorded for this workload,
     # target, template version and thread budget is told to the strategy and never measured
@@ -206,7 +210,7 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
         summary={"measured": summary.measured, "resumed": summary.resumed,
                  "statuses": dict(summary.statuses), "stop_reason": summary.stop_reason,
                  "wall_time": summary.wall_time, "phase_time": summary.phase_time,
-                 "ratio_vs_numpy": summary.ratio,
+                 "ratio_vs_numpy": summary.ratio, "busy_at_start": busy,
                  "best_median": summary.best.median if summary.best else None})
     return summary
 

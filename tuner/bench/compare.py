@@ -11,6 +11,7 @@ fastest row's median over this row's: the issue's "within 10% of the long run's 
 from __future__ import annotations
 
 import datetime as dt
+import os
 
 from search_spaces import get_template
 from tuner.dispatch import open_store
@@ -38,6 +39,7 @@ def bench_compare(workload, dbs: list[str], threads: int, rounds: int = 3,
 
     target = host_target()
     template = get_template(workload.kind)
+    load_before = os.getloadavg()[0]
     entries = []
     for url in dbs:
         store = open_store(url)
@@ -68,7 +70,8 @@ def bench_compare(workload, dbs: list[str], threads: int, rounds: int = 3,
         e["of_best"] = fastest / e["median_s"]
     return {"kind": "bench-compare", "workload": workload.key, "threads": threads,
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "target": target.to_dict(), "rounds": rounds, "numpy_median_s": n["median"],
+            "target": target.to_dict(), "rounds": rounds,
+            "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)], "numpy_median_s": n["median"],
             "numpy_iqr_s": n["iqr"], "entries": entries}
 
 
@@ -80,7 +83,8 @@ def best_config(entry: dict):
 
 def compare_markdown(data: dict) -> str:
     lines = [f"bench compare: {data['workload']}, {data['threads']} thread(s), {data['rounds']} "
-             f"alternating rounds, {data['date']}; NumPy {data['numpy_median_s'] * 1e3:.3f} ms", "",
+             f"alternating rounds, {data['date']}; NumPy {data['numpy_median_s'] * 1e3:.3f} ms; "
+             f"load average before/after {data.get('load_average_1m')}", "",
              "| database | configs measured | tuning wall s | median ms | GFLOPS | vs NumPy | of best |",
              "|---|---|---|---|---|---|---|"]
     for e in data["entries"]:

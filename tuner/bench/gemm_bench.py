@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import json
+import os
 import statistics
 from pathlib import Path
 
@@ -49,6 +50,7 @@ def bench_gemm(shapes, dtypes, threads_list, store, tune_trials: int = 0, strate
     target = host_target()
     template = get_template("gemm")
     rows, overhead = [], {}
+    load_before = os.getloadavg()[0]
     for threads in threads_list:
         mopts = MeasureOptions(**{**(measure.__dict__ if measure else {}), "threads": threads})
         with Measurer(mopts) as m:
@@ -82,7 +84,8 @@ def bench_gemm(shapes, dtypes, threads_list, store, tune_trials: int = 0, strate
     return {"kind": "bench-gemm", "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "target": target.to_dict(), "measured_ghz": measured_ghz(),
             "peak_gflops_per_core": {d: peak_gflops(target, d, 1) for d in dtypes},
-            "call_overhead_s": overhead, "settings": mopts.__dict__, "rows": rows}
+            "call_overhead_s": overhead, "settings": mopts.__dict__,
+            "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)], "rows": rows}
 
 
 def format_row(r: dict) -> str:
