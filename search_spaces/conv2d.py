@@ -185,11 +185,18 @@ class Conv2dTemplate(Template):
             # An MR that divides M (the weights are read in place: a partial tile would be the
             # scalar edge kernel); 8 rows up to NR = 32 (N = 49, 16-wide tiles: 8 rows 2.88 ms,
             # 6 rows 3.11 ms at K = 4608).
-            nr = best_nr(pl["N"], threshold=1.15)
+            # v3, paired runs: below N = 1024 an 8 x 16 tile beats 8 x 32 / 4 x 48 (N = 196:
+            # 4-9%, N = 784: 2-5%, N = 169/729: 2-3%); at N = 3136 it loses 10% to 4 x 48.
+            nr = 16 if pl["N"] < 1024 else best_nr(pl["N"], threshold=1.15)
             rows = (8, 6, 4) if nr <= 32 else (4, 6, 8)
             mr = next((r for r in rows if pl["M"] % r == 0), rows[0])
-            return default_gemm_config(sp, pl["M"], pl["N"], pl["K"], max_threads, pack_a,
-                                       pack_b, nr=nr, mr=mr)
+            cfg = default_gemm_config(sp, pl["M"], pl["N"], pl["K"], max_threads, pack_a,
+                                      pack_b, nr=nr, mr=mr)
+            # One K block up to K = 1536 (no second pass over the output; paired runs: the
+            # stem K=147 2.70 -> 2.54 ms, K=576 -2.5%, K=864/1152 -3 to -5%; at K=2304 three
+            # or five blocks are equal).
+            ks = [v for v in sp.knob("tile_k").values if v >= pl["K"]]
+            return cfg.replace(tile_k=ks[0]) if ks and pl["K"] <= 1536 else cfg
         return default_gemm_config(sp, pl["M"], pl["N"], pl["K"], max_threads, pack_a, pack_b)
 
     def codegen(self, workload, config: Config) -> str:
