@@ -61,11 +61,15 @@ def _strides(a_src: str, b_src: str) -> tuple[str, str, str]:
     return a_rs, a_ps, b_ps
 
 
-def micro_source(mr: int, nr: int, vec: int, a_src: str, b_src: str) -> list[str]:
+def micro_source(mr: int, nr: int, vec: int, a_src: str, b_src: str,
+                 name: str = "micro_kernel", t_stride: int | None = None) -> list[str]:
+    """The register-tiled micro-kernel; ``t_stride``: row stride of T when the tile computed
+    is narrower than the panels (``narrow_source``)."""
     nv = nr // vec
+    t_stride = t_stride or nr
     a_rs, a_ps, b_ps = _strides(a_src, b_src)
     acc = [[f"c_{r}_{v}" for v in range(nv)] for r in range(mr)]
-    lines = [_jit(), "def micro_kernel(AA, a, BB, b, kc, T):",
+    lines = [_jit(), f"def {name}(AA, a, BB, b, kc, T):",
              f'    """T = A tile ({mr} rows) @ B tile ({nr} columns) over kc steps, in {mr * nv} vector',
              f"    registers of {vec} lanes. A(r, p) = AA[a + r*{a_rs} + p*{a_ps}], "
              f"B(p, c) = BB[b + p*{b_ps} + c].",
@@ -81,8 +85,17 @@ def micro_source(mr: int, nr: int, vec: int, a_src: str, b_src: str) -> list[str
         lines.append(f"        a_{r} = vbroadcast(AA, pa{off}, {vec})")
         lines += [f"        {acc[r][v]} = vfma(a_{r}, b_{v}, {acc[r][v]})" for v in range(nv)]
     for r in range(mr):
-        lines += [f"    vstore(T, {r * nr + v * vec}, {acc[r][v]})" for v in range(nv)]
+        lines += [f"    vstore(T, {r * t_stride + v * vec}, {acc[r][v]})" for v in range(nv)]
     return lines
+
+
+def narrow_width(N: int, c: dict, b_src: str) -> int:
+    """Width of a half-vector micro-kernel for the last, partial panel of packed B columns
+    when that panel is at most half a vector wide (else 0). The panel is zero-padded to NR
+    columns, so the full kernel spends NR/VEC whole-vector FMAs per row on it; half-width
+    (ymm) FMAs cost half a zmm FMA each (N = 49, NR = 16: 3.5 instead of 4 vector columns)."""
+    half = c["vec"] // 2
+    return half if b_src != "direct" and half >= 4 and 0 < N % c["nr"] <= half else 0
 
 
 def edge_source(a_src: str, b_src: str) -> list[str]:
@@ -166,7 +179,7 @@ def store_source(epi: Epilogue, single_block: bool, mr: int, nr: int, vec: int) 
 
 # -- the blocked loops ---------------------------------------------------------------------------
 def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, K: int,
-                prefetch: bool = False) -> list[str]:
+                prefetch: bool = False, narrow: int = 0) -> list[str]:
     """gemm_core(A, a_base, B, b_base, Cf, cbase, e...): the block loops of one batch index;
     ``prefetch``: each tile's output lines (and full epilogue operands) are requested first."""
     order, par = c["loop_order"], c["parallel"]
@@ -212,13 +225,12 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, K: int,
              f"{ind}        mlen = min(MR, mc - ir)"]
     edge = " or ".join(x for x in (("mlen < MR" if not pack_a else ""),
                                    ("nlen < NR" if not pack_b else "")) if x)
-    if edge:
-        body += [f"{ind}        if {edge}:",
-                 f"{ind}            edge_kernel({call}, mlen, nlen)",
-                 f"{ind}        else:",
-                 f"{ind}            micro_kernel({call})"]
-    else:
-        body.append(f"{ind}        micro_kernel({call})")
+    kernels = ([(edge, f"edge_kernel({call}, mlen, nlen)")] if edge else []) \
+        + ([(f"nlen <= {narrow}", f"micro_kernel_narrow({call})")] if narrow else [])
+    for k, (cond, fn) in enumerate(kernels):
+        body += [f"{ind}        {'if' if k == 0 else 'elif'} {cond}:", f"{ind}            {fn}"]
+    body += ([f"{ind}        else:", f"{ind}            micro_kernel({call})"] if kernels
+             else [f"{ind}        micro_kernel({call})"])
     if prefetch:
         i = body.index(f"{ind}        mlen = min(MR, mc - ir)")
         body.insert(i + 1, f"{ind}        prefetch_tile(Cf, cbase + (i0 + ir) * N + j0 + jr, {args})")
@@ -252,6 +264,10 @@ def module_parts(M: int, N: int, K: int, dtype: str, c: dict, a_src: str, b_src:
     if b_src != "direct":
         parts.append(pack_b_source(b_src, sw, c["nr"], c["vec"]))
     parts.append(micro_source(c["mr"], c["nr"], c["vec"], a_src, b_src))
+    narrow = narrow_width(N, c, b_src)
+    if narrow:
+        parts.append(micro_source(c["mr"], narrow, narrow, a_src, b_src, "micro_kernel_narrow",
+                                  c["nr"]))
     if a_src == "direct" or b_src == "direct":
         parts.append(edge_source(a_src, b_src))
     parts.append(store_source(epi, c["tile_k"] >= K, c["mr"], c["nr"], c["vec"]))
@@ -262,7 +278,7 @@ def module_parts(M: int, N: int, K: int, dtype: str, c: dict, a_src: str, b_src:
     prefetch = M * N * itemsize >= PREFETCH_BYTES
     if prefetch:
         parts.append(prefetch_source(epi, c["nr"], itemsize))
-    parts.append(core_source(c, a_src, b_src, epi, K, prefetch))
+    parts.append(core_source(c, a_src, b_src, epi, K, prefetch, narrow))
     return parts
 
 

@@ -64,6 +64,9 @@ def test_nchw_im2col_rows_every_stride(k, s, pad):
     for tn, nr in ((16, 16), (32, 32), (48, 48)):
         cfg = t.default_config(w, 1).replace(tile_n=tn, nr=nr, mr=4, tile_k=16, tile_m=16)
         assert sp.is_valid(cfg), sp.violation(cfg)
+        # A last panel at most half a vector wide gets the half-width micro-kernel.
+        narrow = 0 < t.plan(w)["N"] % nr <= cfg["vec"] // 2
+        assert ("micro_kernel_narrow" in t.codegen(w, cfg)) == narrow
         assert check(w, cfg) is None, cfg
 
 
