@@ -72,7 +72,10 @@ def run(args) -> int:
     table = Table.load(args.table)
     table.best_time  # noqa: B018 - a table without a success is a usage error, before any work
     names = args.transfer_from.split(",") if args.transfer_from else shipped_tables()
-    transfer = [t for t in (Table.load(n) for n in names) if t.name != table.name]
+    # transfer learns from other workloads of the same template on the same target only
+    transfer = [t for t in (Table.load(n) for n in names) if t.name != table.name
+                and t.header["template"]["name"] == table.header["template"]["name"]
+                and t.header["target"]["key"] == table.header["target"]["key"]]
 
     from tuner.replay.runner import replay
 
