@@ -57,6 +57,9 @@ def test_bench_model_rows(tmp_path):
         assert row["threads"] == 1 and 0 < row["p50_ms"] <= row["p95_ms"]
         assert len(row["samples_ms"]) >= 4 and row["max_abs_err"] < 1e-4
         assert row["vs_numpy"] > 0 and row["vs_ort"] > 0
+        # Process CPU time of the same samples, and ratios of it.
+        assert len(row["cpu_samples_ms"]) == len(row["samples_ms"]) and row["cpu_p50_ms"] > 0
+        assert row["vs_numpy_cpu"] > 0 and row["vs_ort_cpu"] > 0
     assert rows["A"]["max_abs_err"] == 0.0
     # Without passes every op is a kernel (the batch norm's arithmetic included).
     assert rows["B"]["counts"]["fallback"] > rows["C"]["counts"]["fallback"]

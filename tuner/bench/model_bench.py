@@ -1,6 +1,8 @@
 """``bench model``: end-to-end latency of one model, every contender measured in the same run.
 
-Rows, for each thread count (the experiment groups of ../shared/REFERENCE.md):
+Rows, for each thread count (the experiment groups of ../shared/REFERENCE.md), each with wall
+time (p50/p95) and process CPU time (p50; on a shared machine the ratios of CPU times are
+the steadier ones; with more than one thread it sums every thread of the process):
 
 - A  ONNX Runtime (the framework baseline): ``intra_op_num_threads`` = threads, one inter-op
      thread, sequential execution;
@@ -37,7 +39,8 @@ GROUPS = {
     "D": ("built + passes + tuned", "O2", "records"),
 }
 COLUMNS = ["group", "what", "threads", "graph_passes", "tuning", "dtype", "p50_ms", "p95_ms",
-           "vs_numpy", "vs_ort", "max_abs_err", "kernels", "bottleneck", "overhead_ms"]
+           "vs_numpy", "vs_ort", "cpu_p50_ms", "vs_numpy_cpu", "vs_ort_cpu", "max_abs_err",
+           "kernels", "bottleneck", "overhead_ms"]
 
 
 def _bottleneck(module, inputs) -> str:
@@ -83,12 +86,13 @@ def bench_model(path: str, threads_list: list[int], *, groups: str = "ANBCD", se
             log("  " + m.summary.line(path))
             contenders[g] = {"module": m, "fn": lambda m=m: m.run(inputs, copy=False),
                              "out": m.run(inputs)[0]}
-        samples: dict[str, list[float]] = {g: [] for g in contenders}
+        timing = {g: Timing() for g in contenders}
         per_round = max(3, repeat // max(1, rounds))
         for _ in range(max(1, rounds)):
             for g, c in contenders.items():
-                samples[g] += time_fn(c["fn"], warmup=2, repeat=per_round, max_seconds=60).samples
-        timing = {g: Timing(s) for g, s in samples.items()}
+                t = time_fn(c["fn"], warmup=2, repeat=per_round, max_seconds=60)
+                timing[g].samples += t.samples
+                timing[g].cpu_samples += t.cpu_samples
         for g, c in contenders.items():
             what, passes, tuning = GROUPS[g]
             m = c.get("module")
@@ -96,6 +100,8 @@ def bench_model(path: str, threads_list: list[int], *, groups: str = "ANBCD", se
             row = {"group": g, "what": what, "threads": threads, "graph_passes": passes,
                    "tuning": tuning, "dtype": "float32", "p50_ms": t.p50 * 1e3,
                    "p95_ms": t.p95 * 1e3, "samples_ms": [x * 1e3 for x in t.samples],
+                   "cpu_p50_ms": t.cpu_p50 * 1e3,
+                   "cpu_samples_ms": [x * 1e3 for x in t.cpu_samples],
                    "max_abs_err": compare("out", np.asarray(c["out"]), expected, 1e-3, 1e-4).max_abs,
                    "kernels": "-", "bottleneck": "-", "overhead_ms": None}
             if m is not None:
@@ -104,10 +110,10 @@ def bench_model(path: str, threads_list: list[int], *, groups: str = "ANBCD", se
                            overhead_ms=m.overhead() * 1e3)
             rows.append(row)
         for row in rows[-len(contenders):]:
-            if "N" in timing:
-                row["vs_numpy"] = timing["N"].p50 * 1e3 / row["p50_ms"]
-            if "A" in timing:
-                row["vs_ort"] = timing["A"].p50 * 1e3 / row["p50_ms"]
+            for g, col in (("N", "vs_numpy"), ("A", "vs_ort")):
+                if g in timing:
+                    row[col] = timing[g].p50 * 1e3 / row["p50_ms"]
+                    row[col + "_cpu"] = timing[g].cpu_p50 * 1e3 / row["cpu_p50_ms"]
         log(table_markdown({"rows": rows[-len(contenders):]}))
     return {"kind": "bench-model", "model": path, "name": graph.name, "seed": seed,
             "input_shapes": [list(p.type.shape) for p in graph.inputs], "repeat": repeat,
@@ -129,7 +135,7 @@ def _versions() -> dict:
 def _fmt(v, col: str) -> str:
     if v is None:
         return "-"
-    if col in ("vs_numpy", "vs_ort"):
+    if col.startswith("vs_"):
         return f"{v:.2f}x"
     if col == "max_abs_err":
         return f"{v:.1e}"

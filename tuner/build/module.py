@@ -63,6 +63,11 @@ class Summary:
 @dataclass
 class Timing:
     samples: list[float] = field(default_factory=list)   # seconds per run
+    cpu_samples: list[float] = field(default_factory=list)   # process CPU seconds per run
+
+    @property
+    def cpu_p50(self) -> float | None:
+        return float(np.percentile(self.cpu_samples, 50)) if self.cpu_samples else None
 
     @property
     def p50(self) -> float:
@@ -86,12 +91,13 @@ def time_fn(fn: Callable[[], Any], *, warmup: int = 2, repeat: int = 20,
         fn()
     first = (time.perf_counter() - t0) / max(1, warmup)
     n = max(3, min(repeat, int(max_seconds / max(first, 1e-9))))
-    samples = []
+    samples, cpu = [], []
     for _ in range(n):
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         fn()
         samples.append(time.perf_counter() - t0)
-    return Timing(samples)
+        cpu.append(time.process_time() - c0)
+    return Timing(samples, cpu)
 
 
 class Module:
