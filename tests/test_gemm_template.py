@@ -90,6 +90,13 @@ def test_space_and_defaults_valid(shape):
             assert t.space(w, max_threads=2).is_valid(cfg), name
 
 
+def test_default_runs_small_work_on_one_thread():
+    t = GemmTemplate()
+    assert t.default_config(Gemm(256, 256, 256), max_threads=2)["threads"] == 1
+    big = t.default_config(Gemm(1024, 1024, 1024), max_threads=2)
+    assert big["threads"] == 2 and big["parallel"] == "n"
+
+
 def test_ladder_steps():
     t = GemmTemplate()
     steps = t.ladder(Gemm(1024, 1024, 1024))
