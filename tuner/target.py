@@ -11,6 +11,7 @@ import hashlib
 import os
 import platform
 import sys
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -116,20 +117,43 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def busy_cpus(interval: float = 0.3) -> float | None:
+    """CPUs' worth of work running right now on the whole machine (all processes), from two
+    reads of /proc/stat ``interval`` seconds apart; None where there is no /proc/stat. Unlike
+    the load average it has no memory of work that just ended."""
+    def snap():
+        with open("/proc/stat") as f:
+            lines = f.read().splitlines()
+        ncpu = sum(1 for ln in lines if ln.startswith("cpu") and ln[3:4].isdigit())
+        v = [int(x) for x in lines[0].split()[1:]]
+        return sum(v), v[3] + (v[4] if len(v) > 4 else 0), ncpu   # total, idle + iowait
+    try:
+        t0, i0, n = snap()
+        time.sleep(interval)
+        t1, i1, _ = snap()
+    except (OSError, ValueError, IndexError):
+        return None
+    return n * (1 - (i1 - i0) / max(1, t1 - t0))
+
+
 def busy_note(threads: int) -> str | None:
     """A warning when other work is already using the CPUs a ``threads``-thread measurement
-    needs (1-minute load average above the cores left over, plus half a core), else None.
-    Timings then say more about the neighbours than about the kernel; a 2-thread kernel on a
-    2-core machine suffers most (measured: the default 1024^3 config fell from ~190 to 52
-    GFLOPS with a colleague's benchmarks on both cores, so a run picked a 1-thread config)."""
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):  # pragma: no cover - non-Unix
-        return None
+    needs (more than the cores left over plus half a core busy: /proc/stat over 0.3 s, else
+    the 1-minute load average), else None. Timings then say more about the neighbours than
+    about the kernel; a 2-thread kernel on a 2-core machine suffers most (measured: the default
+    1024^3 config fell from ~190 to 52 GFLOPS with a colleague's benchmarks on both cores, so
+    a run picked a 1-thread config)."""
+    busy = busy_cpus()
+    what = "{:.1f} CPUs busy"
+    if busy is None:
+        try:
+            busy, what = os.getloadavg()[0], "load average {:.1f}"
+        except (AttributeError, OSError):  # pragma: no cover - non-Unix
+            return None
     cores = usable_cores()
-    if load <= cores - threads + 0.5:
+    if busy <= cores - threads + 0.5:
         return None
-    return (f"the machine is busy (load average {load:.1f} on {cores} CPUs) while measuring with "
+    return (f"the machine is busy ({what.format(busy)} of {cores}) while measuring with "
             f"{threads} thread(s): timings will be disturbed; compare the results later, side by "
             "side, with `python -m tuner bench compare`")
 
