@@ -30,7 +30,7 @@ MICROKERNELS = ("loops", "unrolled", "intrinsic")
 VECTOR_REGISTERS = 32
 MAX_ACC_REGISTERS = 28
 MAX_UNROLLED_ACCUMULATORS = 256   # source size / compile time bound for "unrolled"
-SMALL_PARALLEL_FLOPS = 2 * 384 ** 3   # default config: one thread below this much work
+SMALL_PARALLEL_FLOPS = 2 * 96 ** 3   # default config: one thread below this much work
 _DTYPE_SRC = {"float32": "np.float32", "float64": "np.float64", "int32": "np.int32"}
 
 
@@ -149,9 +149,11 @@ class GemmTemplate(Template):
         w = workload
         L = native_lanes(w.dtype)
         sp = self.space(w, max_threads)
-        # Below ~100 MFLOP a Numba parallel region costs more than it saves (quiet machine, 2
-        # threads vs 1, default configs: 128^3 0.133 vs 0.052 ms, 256^3 0.537 vs 0.355 ms,
-        # 512^3 2.41 vs 2.57 ms): one thread, whatever the budget.
+        # Two threads win from 128^3 up on a quiet machine (standalone, default tiles with N
+        # split over 2 threads vs 1 thread: 128^3 0.033 vs 0.053 ms, 256^3 0.193 vs 0.351,
+        # 512^3 1.40 vs 2.63; 64^3 0.008 vs 0.009), so only tiny products stay on one thread.
+        # (An earlier bench measured 2 threads slower at 128-512: a neighbour on the other
+        # core makes a 2-thread kernel wait at every parallel region's barrier.)
         threads = 1 if w.flops() < SMALL_PARALLEL_FLOPS else max(1, max_threads)
         # one equal N block per thread while that block stays moderate, else 1024-column blocks
         tile_n = 1024 if threads == 1 or _split(w.N, threads) > 1024 else _split(w.N, threads)

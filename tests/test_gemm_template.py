@@ -92,9 +92,10 @@ def test_space_and_defaults_valid(shape):
 
 def test_default_runs_small_work_on_one_thread():
     t = GemmTemplate()
-    assert t.default_config(Gemm(256, 256, 256), max_threads=2)["threads"] == 1
-    big = t.default_config(Gemm(1024, 1024, 1024), max_threads=2)
-    assert big["threads"] == 2 and big["parallel"] == "n"
+    assert t.default_config(Gemm(64, 64, 64), max_threads=2)["threads"] == 1
+    for n in (128, 1024):
+        cfg = t.default_config(Gemm(n, n, n), max_threads=2)
+        assert cfg["threads"] == 2 and cfg["parallel"] == "n"
 
 
 def test_ladder_steps():
