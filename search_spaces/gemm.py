@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import itertools
 import os
+
+import numpy as np
+
 from search_spaces import gemm_microkernels as mk
 from search_spaces.space import Config, ConfigSpace, Constraint, Knob
 from search_spaces.template import Template
@@ -217,7 +220,7 @@ class GemmTemplate(Template):
         config (A and B unpacked, 8x32 tiles) ran 1023^3 at 0.17x NumPy, the packed template
         default at 0.91x."""
         w, c = workload, config
-        itemsize = 8 if w.dtype == "float64" else 4
+        itemsize = np.dtype(w.dtype).itemsize
         if not c.get("pack_b", True):
             if (w.N * itemsize) % 64:
                 return f"unpacked B rows of {w.N * itemsize} bytes are not whole cache lines"

@@ -14,7 +14,9 @@ import datetime as dt
 import os
 
 from search_spaces import get_template
+from search_spaces.space import Config
 from tuner.dispatch import open_store
+from tuner.errors import UsageError
 from tuner.measure.measurer import MeasureOptions, Measurer
 from tuner.measure.result import summarize
 from tuner.target import host_target
@@ -35,8 +37,6 @@ def run_cost(store, workload, target, threads: int, template) -> dict:
 
 def bench_compare(workload, dbs: list[str], threads: int, rounds: int = 3,
                   measure: MeasureOptions | None = None, log=print) -> dict:
-    from tuner.errors import UsageError
-
     target = host_target()
     template = get_template(workload.kind)
     load_before = os.getloadavg()[0]
@@ -54,7 +54,7 @@ def bench_compare(workload, dbs: list[str], threads: int, rounds: int = 3,
     with Measurer(mopts) as m:
         for r in range(rounds):
             for e in entries:
-                (res,) = m.measure(workload, template, [best_config(e)])
+                (res,) = m.measure(workload, template, [Config(e["config"])])
                 if not res.ok:
                     raise UsageError(f"the best config of {e['db']} failed now: {res.status.value} {res.error}")
                 e["samples"] += res.samples
@@ -73,12 +73,6 @@ def bench_compare(workload, dbs: list[str], threads: int, rounds: int = 3,
             "target": target.to_dict(), "rounds": rounds,
             "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)], "numpy_median_s": n["median"],
             "numpy_iqr_s": n["iqr"], "entries": entries}
-
-
-def best_config(entry: dict):
-    from search_spaces.space import Config
-
-    return Config(entry["config"])
 
 
 def compare_markdown(data: dict) -> str:

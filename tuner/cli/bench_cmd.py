@@ -82,6 +82,17 @@ def _out(args, kind: str) -> Path:
     return Path(args.out or f"logs/bench-{kind}-{stamp}.json")
 
 
+def _save_json(args, kind: str, data: dict, table: str) -> int:
+    """Write a result as JSON (``--out`` or logs/bench-<kind>-<time>.json), print its table."""
+    path = _out(args, kind)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, default=str))
+    print()
+    print(table)
+    print(f"\nwrote {path}")
+    return 0
+
+
 def _mopts(args):
     from tuner.measure.measurer import MeasureOptions
 
@@ -112,20 +123,13 @@ def run_gemm(args) -> int:
 
 
 def run_ladder(args) -> int:
-    from tuner.bench.gemm_bench import write_results
     from tuner.bench.ladder import bench_ladder, ladder_markdown
     from tuner.cli.common import threads_of
     from workloads.gemm import Gemm
 
     w = Gemm.parse(args.shape, args.dtype)
     data = bench_ladder(w, open_store(args), threads_of(args), args.tune_trials, args.strategy, _mopts(args))
-    path = _out(args, "ladder")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1, default=str))
-    print()
-    print(ladder_markdown(data))
-    print(f"\nwrote {path}")
-    return 0
+    return _save_json(args, "ladder", data, ladder_markdown(data))
 
 
 def run_model(args) -> int:
@@ -168,13 +172,7 @@ def run_compare(args) -> int:
         if d.startswith("sqlite:///") and not Path(d[len("sqlite:///"):]).is_file():
             raise UsageError(f"no such database file: {d[len('sqlite:///'):]}")
     data = bench_compare(w, dbs, threads_of(args), args.rounds, _mopts(args))
-    path = _out(args, "compare")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1, default=str))
-    print()
-    print(compare_markdown(data))
-    print(f"\nwrote {path}")
-    return 0
+    return _save_json(args, "compare", data, compare_markdown(data))
 
 
 def run_report(args) -> int:

@@ -119,9 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     if not ((a.shape or a.workload) and a.out):
         p.error("recording needs --shape or --workload, and --out")
 
+    from tuner.errors import UsageError
     from tuner.measure.measurer import MeasureOptions, Measurer
     from tuner.target import host_target
-    from tuner.errors import UsageError
     from workloads import from_key
     from workloads.gemm import Gemm
 
