@@ -51,3 +51,28 @@ def test_claims_block_others_and_expire(pg_url):
         sess.execute(update(ClaimRow).where(ClaimRow.run_id == a.run_id)
                      .values(expires_at=utcnow() - timedelta(seconds=1), host="elsewhere"))
     assert b.claim(cfgs[:3]) == cfgs[:3]
+
+
+def test_two_sessions_racing_to_create_one_workload_row(pg_url):
+    """READ COMMITTED: both sessions see no row, both insert; the second insert waits for the
+    first commit and fails on the unique key. The loser must read the winner's row, not fail
+    (CI once saw 'duplicate key value violates unique constraint workload_key_key')."""
+    import threading
+    import time
+
+    a, b, w = Store(pg_url), Store(pg_url), Gemm(8, 8, 8)
+    got, first_inserted = {}, threading.Event()
+
+    def winner():
+        with a.session() as s:
+            got["a"] = a._workload(s, w).id
+            first_inserted.set()
+            time.sleep(0.5)  # b's select runs now and sees nothing committed
+
+    th = threading.Thread(target=winner)
+    th.start()
+    first_inserted.wait(10)
+    with b.session() as s:
+        got["b"] = b._workload(s, w).id
+    th.join()
+    assert got["a"] == got["b"]

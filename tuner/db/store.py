@@ -15,7 +15,7 @@ from typing import Iterator, Sequence
 
 from sqlalchemy import create_engine, delete, event, select, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from search_spaces.space import Config
@@ -146,24 +146,32 @@ class Store:
 
     # -- get-or-create -----------------------------------------------------------------
     @staticmethod
-    def _target(s: Session, target) -> TargetRow:
-        row = s.scalar(select(TargetRow).where(TargetRow.key == target.key))
-        if row is None:
-            row = TargetRow(key=target.key, cpu_name=target.cpu_name, model_name=target.model_name,
-                            cores=target.cores, features=list(target.features), caches=dict(target.caches))
-            s.add(row)
-            s.flush()
-        return row
+    def _get_or_create(s: Session, cls, key: str, make):
+        """The row of `cls` with this key, created by `make()` if absent. Several tuners may
+        create the same row at once (PostgreSQL, READ COMMITTED): the insert runs in a
+        savepoint, and the loser of the race reads the winner's committed row."""
+        row = s.scalar(select(cls).where(cls.key == key))
+        if row is not None:
+            return row
+        try:
+            with s.begin_nested():
+                row = make()
+                s.add(row)
+            return row
+        except IntegrityError:
+            return s.scalar(select(cls).where(cls.key == key))
 
-    @staticmethod
-    def _workload(s: Session, workload) -> WorkloadRow:
-        row = s.scalar(select(WorkloadRow).where(WorkloadRow.key == workload.key))
-        if row is None:
-            row = WorkloadRow(kind=workload.kind, key=workload.key, params=workload.params(),
-                              flops=int(workload.flops()))
-            s.add(row)
-            s.flush()
-        return row
+    @classmethod
+    def _target(cls, s: Session, target) -> TargetRow:
+        return cls._get_or_create(s, TargetRow, target.key, lambda: TargetRow(
+            key=target.key, cpu_name=target.cpu_name, model_name=target.model_name,
+            cores=target.cores, features=list(target.features), caches=dict(target.caches)))
+
+    @classmethod
+    def _workload(cls, s: Session, workload) -> WorkloadRow:
+        return cls._get_or_create(s, WorkloadRow, workload.key, lambda: WorkloadRow(
+            kind=workload.kind, key=workload.key, params=workload.params(),
+            flops=int(workload.flops())))
 
     # -- runs and trials ---------------------------------------------------------------
     def start_run(self, target, command: str, strategy: str, threads: int) -> str:
