@@ -69,6 +69,23 @@ def test_scheduler_first_round_each_then_largest_gain():
     assert max(alloc, key=alloc.get) == 1
 
 
+def test_scheduler_probes_defaults_before_spending_rounds():
+    """The nominal estimate says task 0 is heaviest; its measured default says otherwise. The
+    probe (one trial: the default config) costs 1 trial per untuned task; the first full round
+    then goes to the task that is heaviest by measurement. A task with records is not probed."""
+    st = states((1, 10.0, None), (1, 1.0, None))
+    st.append(TaskState(2, 1, 0.5, None, trials=16))    # tuned before: its time is a record
+    real = {0: 0.1, 1: 1.0, 2: 0.5}
+    s = TaskScheduler(st, budget=2 + 8, round_size=8)
+    log = []
+    while (pick := s.next()) is not None:
+        task, n = pick
+        log.append((task.index, n))
+        s.update(task, n, task.trials + n, real[task.index])
+    assert log == [(0, 1), (1, 1), (1, 8)]
+    assert s.states[1].rounds == 1 and s.states[0].rounds == 0 and s.states[0].previous is None
+
+
 def test_scheduler_respects_budget_and_exhausted_spaces():
     st = states((1, 1.0, 5), (1, 1.0, 3))
     s = TaskScheduler(st, budget=100, round_size=4)

@@ -96,12 +96,15 @@ def tune_model_cmd(args) -> int:
     if args.json:
         print_json(report)
         return 0
-    print(f"\n{'#':>3} {'kind':9} {'workload':40} {'occ':>4} {'trials':>6} {'before ms':>10} {'after ms':>9}")
+    print(f"\n{'#':>3} {'kind':9} {'workload':40} {'occ':>4} {'trials':>6} {'before ms':>10} "
+          f"{'after ms':>9} before is")
     for r in report["tasks"]:
         print(f"{r['task']:>3} {r['kind']:9} {r['workload'][:40]:40} {r['occurrences']:>4} "
-              f"{r['trials']:>6} {r['time_before_ms']:>10.3f} {r['time_after_ms']:>9.3f}")
+              f"{r['trials']:>6} {r['time_before_ms']:>10.3f} {r['time_after_ms']:>9.3f} "
+              f"{r['time_source']}")
     print(f"spent {report['spent']} of {report['budget']} trials in {report['wall_time_s']:.0f} s; "
           f"estimated latency {report['estimated_latency_before_ms']:.2f} ms -> "
           f"{report['estimated_latency_after_ms']:.2f} ms (sum of per-task times x occurrences; "
-          "untuned tasks at their estimate)")
+          "before: each task's record or its measured default config; tasks the budget did not "
+          "reach at their nominal estimate)")
     return 0
