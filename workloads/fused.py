@@ -28,73 +28,9 @@ import numpy as np
 
 from tuner.errors import UsageError
 from workloads.base import Workload, outside_tolerance
+from workloads.fused_body import build_body, canonical_body_text, is_chain
 
 FLOAT = ("float32", "float64")
-
-
-# -- building the body back from params ------------------------------------------------------
-def _is_chain(params: dict) -> bool:
-    """True when the description alone rebuilds the body (every operand is a parameter or
-    the running value)."""
-    for e in params["epilogue"]:
-        if any(k < 0 for k, *_ in e["others"]):
-            return False
-    if params["anchor"] is None and params["epilogue"]:
-        # An anchor-less chain must start from parameters only (its first op).
-        pass
-    return True
-
-
-def canonical_body_text(body) -> str:
-    """The body as IR text with values renamed p<k> (parameters) and t<k> (ops)."""
-    from tuner.graph.ir import Graph
-    from tuner.graph.text import to_text
-
-    names: dict[str, str] = {}
-    k_in = k_op = 0
-    for n in body.nodes:
-        if n.is_input:
-            names[n.name] = f"p{k_in}"
-            k_in += 1
-        else:
-            names[n.name] = f"t{k_op}"
-            k_op += 1
-    nodes = tuple(n.replace(name=names[n.name], inputs=tuple(names[i] for i in n.inputs))
-                  for n in body.nodes)
-    return to_text(Graph("group", nodes, tuple(names[o] for o in body.outputs)))
-
-
-def build_body(params: dict):
-    """The group's body graph from params (its text when present, else the chain)."""
-    from tuner.graph import GraphBuilder, parse
-    from tuner.graph.errors import GraphError
-
-    try:
-        if params.get("body"):
-            return parse(params["body"])
-        b = GraphBuilder("group")
-        ps = [b.input(f"p{k}", tuple(shape), dtype) for k, (shape, dtype) in enumerate(params["inputs"])]
-        cur = None
-        if params["anchor"] is not None:
-            cur = b.op(params["anchor"], *[ps[i] for i in params["anchor_inputs"]],
-                       **params["anchor_attrs"])
-        for e in params["epilogue"]:
-            inputs = [ps[k] for k, *_ in e["others"]]
-            if e["operand"] >= 0:
-                if cur is None:
-                    raise UsageError("group epilogue refers to a running value before any op")
-                inputs.insert(e["operand"], cur)
-            cur = b.op(e["op"], *inputs, **e["attrs"])
-        if cur is None:
-            raise UsageError("fused group has no ops")
-        g = b.build(cur)
-    except GraphError as exc:
-        raise UsageError(f"cannot rebuild fused group: {exc}") from None
-    out = g.node(g.outputs[0]).type
-    want = (tuple(params["output"][0]), params["output"][1])
-    if (out.shape, out.dtype) != want:
-        raise UsageError(f"fused group rebuilds to {out}, description says {want}")
-    return g
 
 
 # -- the workloads ------------------------------------------------------------------------------
@@ -426,7 +362,7 @@ def group_params(node_or_description) -> dict:
         raise UsageError(f"workload_for_group needs a fused Node or a GroupDescription, "
                          f"got {type(node_or_description).__name__}")
     params = json.loads(desc.key)
-    if not _is_chain(params):
+    if not is_chain(params):
         if body is None:
             raise UsageError(f"group {desc.name} ({desc.summary()}) is not a chain; pass the fused "
                              "node (its body is needed), not only its description")
