@@ -68,7 +68,11 @@ def gemm_features(params: Mapping, config: Mapping, caches: Mapping | None = Non
     ai_block = 2 * tm * tn * tk / ((tm * tk + tk * tn + tm * tn) * b)
     # Parallel grain: tasks of the prange loop and their balance over threads.
     par = c.get("parallel", "none")
-    tasks = n_blocks.get(par, 1) if par in ("m", "n") else 1
+    # parallel='k' (rowaxpy, M < 8) has one task per thread. rowaxpy itself has no column of
+    # its own: two constant-zero columns for it moved the replay medians of the M >= 128
+    # tables (1024^3: 20 -> 30.5 trials to 95%, 20 seeds), as the trees' random feature order
+    # and subsamples change with the column count; its pinned knobs set its features instead.
+    tasks = n_blocks.get(par, 1) if par in ("m", "n") else (threads if par == "k" else 1)
     balance = tasks / (_ceil_div(tasks, threads) * threads) if threads > 1 else 1.0
     flops = 2 * M * N * K
     return {

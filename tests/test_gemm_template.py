@@ -185,3 +185,40 @@ def test_codegen_accepts_every_config_of_a_multi_thread_space():
     assert split, "the 2-thread space has split tiles"
     for c in split[:5]:
         assert "def kernel(A, B, C)" in t.codegen(w, c)
+
+
+def test_rowaxpy_is_a_gemv_formulation_with_pinned_knobs():
+    t = GemmTemplate()
+    assert "rowaxpy" not in t.space(Gemm(8, 64, 64), 2).knob("microkernel").values
+    assert "k" not in t.space(Gemm(8, 64, 64), 2).knob("parallel").values
+    w = Gemm(1, 1024, 4096)
+    sp = t.space(w, max_threads=2)
+    d = t.default_config(w, max_threads=2)
+    assert d["microkernel"] == "rowaxpy" and d["parallel"] == "k" and sp.is_valid(d)
+    assert "rowaxpy does not use mr" in sp.violation(d.replace(mr=2))
+    assert "rowaxpy does not use pack_b" in sp.violation(d.replace(pack_b=True))
+    assert "parallel='k' needs" in sp.violation(t.default_config(Gemm(4, 1024, 4096), 2)
+                                                .replace(parallel="k"))
+    assert "not M" in sp.violation(d.replace(parallel="m"))
+    # the one-knob neighbours of the default stay in the formulation where they are valid
+    assert any(nb["unroll_k"] != d["unroll_k"] for nb in sp.neighbours(d))
+
+
+@pytest.mark.parametrize("shape,dtype,parallel,threads,unroll,tile_n", [
+    ((1, 33, 70), "float32", "k", 2, 4, 16),      # K split with a leftover row, partial block
+    ((3, 40, 9), "float64", "none", 1, 2, 32),    # several rows of C, K odd
+    ((1, 50, 3), "int32", "n", 2, 4, 16),         # K shorter than a step: leftover rows only
+    ((2, 17, 5), "float32", "k", 2, 1, 32),       # a K part with fewer rows than the other
+])
+def test_rowaxpy_correct(build_dir, shape, dtype, parallel, threads, unroll, tile_n):
+    t = GemmTemplate()
+    w = Gemm(*shape, dtype)
+    sp = t.space(w, max_threads=2)
+    L = 8 if dtype == "float64" else 16
+    cfg = Config({"tile_m": sp.knob("tile_m").values[-1], "tile_k": sp.knob("tile_k").values[-1],
+                  "tile_n": min(v for v in sp.knob("tile_n").values if v >= tile_n),
+                  "mr": 1, "nr": L, "vec": L, "pack_a": False, "pack_b": False,
+                  "write_cache": False, "loop_order": "nkm", "microkernel": "rowaxpy",
+                  "unroll_k": unroll, "parallel": parallel, "threads": threads})
+    assert sp.is_valid(cfg), sp.violation(cfg)
+    assert _run(w, cfg, build_dir) is None
