@@ -11,7 +11,7 @@ share of run time (time x occurrences / total) is known before anything is tuned
 ``TaskScheduler`` spends a model's trial budget in rounds. A task with no record starts with a
 probe: one trial, which measures the template's default config (the fallback the builder would
 use), heaviest estimate first, so every later decision rests on measured times rather than the
-nominal-rate estimate (which is far off: ResNet-50's conv defaults run 3-5x faster than it).
+nominal-rate estimate (which is far off: ResNet-50's conv defaults run 4.2-5.4x faster than it).
 Then every tunable task gets one round (heaviest measured first), then each round goes to the
 task with the largest expected reduction of end-to-end latency::
 
