@@ -72,3 +72,15 @@ def test_a_busy_machine_is_announced_and_recorded(templates, store, measurer, mo
     assert capsys.readouterr().err.count("the machine is busy") == 1
     (run,) = [r for r in store.runs() if r.summary.get("measured") == 1]
     assert run.summary["busy_at_start"] == note
+
+
+def test_final_remeasurement_runs_in_a_fresh_worker(templates, store, measurer):
+    w = Gemm.parse("24x8x8")
+    assert measurer.baseline(w).ok
+    before = measurer._runner._proc.pid
+    s = tune(w, templates["naive"], store, host_target(),
+             TuneOptions(strategy="random", trials=2, threads=1, progress=False, remeasure_top=2),
+             measurer=measurer)
+    assert s.best is not None
+    assert measurer._runner._proc.pid != before   # the re-measurements started a new process
+    assert len([r for r in store.trials(workload_key=w.key) if r.strategy == "remeasure"]) == 2

@@ -220,10 +220,12 @@ def _remeasure_top(store: Store, measurer: Measurer, workload, template, target,
     """Measure the top configs again until the leader has been measured at least twice.
 
     ``Store.best`` scores a config by its slowest median, so a lucky sample loses once it is
-    re-measured; repeating rounds keeps a once-measured config from inheriting the lead.
+    re-measured; repeating rounds keeps a once-measured config from inheriting the lead. The
+    re-measurements run in a fresh worker process (``Measurer.fresh_runner``).
     """
     if opts.remeasure_top <= 0:
         return
+    measurer.fresh_runner()   # the leaders again, in a process that has not run the others
     for _ in range(max_rounds):
         rows = store.trials(workload_key=workload.key, target_key=target.key, template=template.name,
                             template_version=template.version, threads=opts.threads)
