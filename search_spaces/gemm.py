@@ -25,7 +25,6 @@ import os
 
 import numpy as np
 
-from search_spaces import gemm_microkernels as mk
 from search_spaces.space import Config, ConfigSpace, Constraint, Knob
 from search_spaces.template import Template
 from tuner.errors import InstantiationError
@@ -39,7 +38,6 @@ VECTOR_REGISTERS = 32
 MAX_ACC_REGISTERS = 28
 MAX_UNROLLED_ACCUMULATORS = 256   # source size / compile time bound for "unrolled"
 SMALL_PARALLEL_FLOPS = 2 * 96 ** 3   # default config: one thread below this much work
-_DTYPE_SRC = {"float32": "np.float32", "float64": "np.float64", "int32": "np.int32"}
 
 
 def native_lanes(dtype: str) -> int:
@@ -56,6 +54,12 @@ def _tile_values(dim: int, start: int) -> tuple[int, ...]:
         out += [t for t in (v, v * 3 // 2) if t > out[-1]][: 1 if v >= dim else 2]
         v *= 2
     return tuple(out)
+
+
+def _k_tiles(w: Gemm) -> tuple[int, ...]:
+    """tile_k values. Few rows of C (GEMV-like): B is streamed once, and thin K blocks keep the
+    number of concurrent row streams within what the hardware prefetcher tracks."""
+    return _tile_values(w.K, 4 if w.M < GEMV_ROWS else 32)
 
 
 def _with_splits(values: tuple[int, ...], dim: int, max_threads: int) -> tuple[int, ...]:
@@ -88,9 +92,7 @@ class GemmTemplate(Template):
         knobs = [
             Knob("tile_m", _with_splits(_tile_values(w.M, 16), w.M, max_threads), True, "rows of C per cache block (A block in L2)"),
             Knob("tile_n", _with_splits(_tile_values(w.N, 16), w.N, max_threads), True, "columns of C per cache block (B block in L3/L2)"),
-            # Few rows of C (GEMV-like): B is streamed once, and thin K blocks keep the number
-            # of concurrent row streams within what the hardware prefetcher tracks.
-            Knob("tile_k", _tile_values(w.K, 4 if gemv else 32), True, "K depth per cache block (B micro-panel in L1)"),
+            Knob("tile_k", _k_tiles(w), True, "K depth per cache block (B micro-panel in L1)"),
             Knob("mr", (1, 2, 4, 6, 8, 12, 16), True, "rows of the register micro-tile"),
             Knob("nr", (1, L // 2, L, 2 * L, 3 * L, 4 * L), True, "columns of the register micro-tile"),
             Knob("loop_order", LOOP_ORDERS, False, "order of the block loops, outermost first"),
@@ -173,7 +175,7 @@ class GemmTemplate(Template):
         """The largest value of a tile knob (the one covering the dimension)."""
         if knob == "tile_m":
             return _tile_values(w.M, 16)[-1]
-        return _tile_values(w.K, 4 if w.M < GEMV_ROWS else 32)[-1]
+        return _k_tiles(w)[-1]
 
     # -- defaults and the ladder -----------------------------------------------------------
     def default_config(self, workload: Gemm, max_threads: int = 1) -> Config:
