@@ -123,11 +123,11 @@ class TaskState:
     trials: int = 0              # trials recorded for it (resumed ones included)
     previous: float | None = None  # best before its last round
     rounds: int = 0              # full rounds (a probe is not one)
-    measured: bool | None = None   # best is a measurement (default: a record exists, trials > 0)
 
-    def __post_init__(self):
-        if self.measured is None:
-            self.measured = self.trials > 0
+    @property
+    def measured(self) -> bool:
+        """``best`` is a measurement, not the nominal estimate: a record or a probe exists."""
+        return self.trials > 0
 
     @property
     def exhausted(self) -> bool:
@@ -182,7 +182,7 @@ class TaskScheduler:
         probe = not s.measured
         s.trials = max(trials, s.trials + 1)   # a round always makes progress
         if probe:   # the estimate is replaced, not improved on: no backward term yet
-            s.measured, s.previous = True, None
+            s.previous = None
         else:
             s.rounds += 1
             s.previous = s.best
@@ -241,15 +241,13 @@ def tune_model(path: str, *, trials: int, store, target, threads: int, opt_level
             summary = tune(t.workload, tpl, store, target, opts, measurer=measurer)
             best = summary.best.median if summary.best else None
             sched.update(s, n, summary.measured + summary.resumed, best)
+            label = (f"{len(sched.log):3d}: task {s.index:2d} x{t.occurrences} "
+                     f"{t.workload.kind:9s} {t.workload.summary()[:38]:38s}")
             if probe:
                 start[s.index] = s.best
-                echo(f"probe {len(sched.log):3d}: task {s.index:2d} x{t.occurrences} "
-                     f"{t.workload.kind:9s} {t.workload.summary()[:38]:38s} default "
-                     f"{_ms(s.best)} ms (estimate was {_ms(t.time)})")
+                echo(f"probe {label} default {_ms(s.best)} ms (estimate was {_ms(t.time)})")
                 continue
-            echo(f"round {len(sched.log):3d}: task {s.index:2d} x{t.occurrences} "
-                 f"{t.workload.kind:9s} {t.workload.summary()[:38]:38s} +{n} trials "
-                 f"(total {s.trials}), best {_ms(s.best)} ms"
+            echo(f"round {label} +{n} trials (total {s.trials}), best {_ms(s.best)} ms"
                  + (f" (was {_ms(s.previous)})" if s.previous and s.previous != s.best else ""))
     finally:
         measurer.close()
