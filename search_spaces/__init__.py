@@ -1,4 +1,15 @@
-"""Search spaces: HOW a workload may be computed. Registry name -> "module:Class" (lazy)."""
+"""Search spaces: HOW a workload may be computed.
+
+Layout: ``space`` and ``template`` are the vocabulary (knobs, constraints, configs, the
+``Template`` interface); ``templates/`` the built-in template families; ``gemm_engine/`` the
+blocked-GEMM engine the GEMM, dense and conv2d templates generate kernels with; ``runtime/``
+what generated kernels import when they run (LLVM-vector intrinsics); ``epilogue`` the fused
+epilogue code generator the model templates share.
+
+Registry: template name -> "module:Class" (imported lazily) or an instance registered at run
+time. ``templates_for(kind)`` orders a kind's templates by priority (higher first), so a user's
+template registered with ``priority=1`` is chosen over the built-in one (priority 0).
+"""
 from __future__ import annotations
 
 import importlib
@@ -6,10 +17,14 @@ import importlib
 from tuner.errors import UsageError
 
 REGISTRY: dict[str, str] = {
-    "gemm": "search_spaces.gemm:GemmTemplate",
-    "conv2d": "search_spaces.conv2d:Conv2dTemplate", "dense": "search_spaces.dense:DenseTemplate", "injective": "search_spaces.injective:InjectiveTemplate", "fixed": "search_spaces.fixed:FixedTemplate",
+    "gemm": "search_spaces.templates.gemm:GemmTemplate",
+    "conv2d": "search_spaces.templates.conv2d:Conv2dTemplate",
+    "dense": "search_spaces.templates.dense:DenseTemplate",
+    "injective": "search_spaces.templates.injective:InjectiveTemplate",
+    "fixed": "search_spaces.templates.fixed:FixedTemplate",
 }
 _INSTANCES: dict[str, object] = {}
+_PRIORITY: dict[str, int] = {}
 
 
 def get_template(name: str):
@@ -26,16 +41,24 @@ def get_template(name: str):
     return inst
 
 
-def register_template(name: str, template) -> None:
-    """Register an instance at run time (tests use this to inject faulty templates)."""
+def register_template(name: str, template, priority: int = -1) -> None:
+    """Register an instance at run time under ``name``. ``priority`` orders the templates of
+    one workload kind for ``templates_for`` (built-ins have 0; the default -1 keeps a
+    registered template an explicit choice, ``priority=1`` makes it the kind's first)."""
+    from search_spaces.template import Template
+
+    if not isinstance(template, Template):
+        raise UsageError(f"register_template needs a Template instance, got {type(template).__name__}")
     REGISTRY[name] = f"<instance {type(template).__name__}>"
     _INSTANCES[name] = template
+    _PRIORITY[name] = priority
 
 
 def templates_for(kind: str) -> list[str]:
-    """Template names for a workload kind: the kind's own template (registered under the
-    kind's name) first, then templates registered at run time for that kind. Nothing else is
-    imported, so a template that fails to import cannot break tuning of other kinds."""
+    """Template names for a workload kind, highest priority first: the kind's built-in
+    template (registered under the kind's name, priority 0) and templates registered at run
+    time for that kind. Built-ins of other kinds are not imported, so a template that fails to
+    import cannot break tuning of other kinds."""
     names = [kind] if kind in REGISTRY else []
     names += [n for n, t in _INSTANCES.items() if n != kind and t.workload_kind == kind]
-    return names
+    return sorted(names, key=lambda n: -_PRIORITY.get(n, 0))  # stable: ties keep this order

@@ -18,12 +18,6 @@ from __future__ import annotations
 
 import math
 
-from llvmlite import ir
-from numba import types
-from numba.core.errors import TypingError
-from numba.extending import intrinsic
-
-from search_spaces.simd import Vec
 from tuner.errors import InstantiationError
 
 DTYPE_SRC = {"float32": "np.float32", "float64": "np.float64", "int32": "np.int32", "int64": "np.int64"}
@@ -100,27 +94,7 @@ ELEMENTWISE_OPS = ("add", "subtract", "multiply", "divide", "maximum", "minimum"
                    "relu", "clip", "sigmoid", "tanh", "sqrt", "exp", "negative", "dropout")
 
 
-# -- vector forms of the epilogue's ops (LLVM vectors of search_spaces.simd) ---------------------
-def _vec_binary(name: str, build):
-    def typer(typingctx, a, b):
-        if not (isinstance(a, Vec) and a == b and isinstance(a.dtype, types.Float)):
-            raise TypingError(f"{name} needs two equal float vector types, got {a}, {b}")
-
-        def codegen(context, builder, sig, args):
-            return build(builder, args[0], args[1])
-        return a(a, b), codegen
-    typer.__name__ = name
-    return intrinsic(typer)
-
-
-vsub = _vec_binary("vsub", lambda bd, x, y: bd.fsub(x, y))
-vmul = _vec_binary("vmul", lambda bd, x, y: bd.fmul(x, y))
-vdiv = _vec_binary("vdiv", lambda bd, x, y: bd.fdiv(x, y))
-# x > y ? x : y (and the mirror): one vmaxps/vminps; like the scalar max(), a NaN in the
-# first operand yields the second.
-vmax = _vec_binary("vmax", lambda bd, x, y: bd.select(bd.fcmp_ordered(">", x, y), x, y))
-vmin = _vec_binary("vmin", lambda bd, x, y: bd.select(bd.fcmp_ordered("<", x, y), x, y))
-VECTOR_IMPORTS = "from search_spaces.epilogue import vdiv, vmax, vmin, vmul, vsub"
+VECTOR_IMPORTS = "from search_spaces.runtime.elementwise import vdiv, vmax, vmin, vmul, vsub"
 
 
 def vector_op(op: str, attrs: dict, args: list[str], lanes: int) -> str | None:

@@ -9,7 +9,7 @@ knobs baked in as literals (constant trip counts for LLVM) and is compiled by Nu
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from typing import ClassVar, Mapping
 
 from search_spaces.space import Config, ConfigSpace
 from workloads.base import Workload
@@ -20,6 +20,7 @@ class Template(ABC):
     version: ClassVar[int]        # bump when generated code changes meaning or speed
     workload_kind: ClassVar[str]  # the workload kind it computes
     entry: ClassVar[str] = "kernel"
+    tunable: ClassVar[bool] = True   # False: one point, never searched (builds use the default)
 
     @abstractmethod
     def space(self, workload: Workload, max_threads: int = 1) -> ConfigSpace:
@@ -37,6 +38,13 @@ class Template(ABC):
         """Why ``config``, tuned for a similar workload, may be slow on ``workload`` (None when
         nothing in the config depends on the exact shape). The similar-workload fallback skips
         hazardous configs."""
+        return None
+
+    def domain_features(self, params: Mapping, config: Mapping,
+                        caches: Mapping | None = None) -> dict | None:
+        """Named floats saying what ``config`` means for the workload with ``params`` (working
+        sets against the caches, register tile, intensity, ...) for the cost model; None: the
+        model uses the generic knob encoding only. Must accept configs with extra knobs."""
         return None
 
     def threads(self, config: Config) -> int:

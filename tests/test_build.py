@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import tuner
-from tuner.build import Module, plan_memory
+from tuner.compiler import Module, plan_memory
 from tuner.errors import NoRecordError
-from tuner.graph import execute, load, random_inputs
+from workloads.graph import execute, load, random_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 CONV_BLOCK = str(ROOT / "workloads" / "graphs" / "conv_block.txt")

@@ -5,9 +5,9 @@ import numpy as np
 
 from search_spaces import get_template
 from tuner.dispatch import load_kernel
-from tuner.graph import GraphBuilder
-from tuner.graph.fusion import fused_groups
-from tuner.graph.passes import optimize
+from workloads.graph import GraphBuilder
+from workloads.graph.fusion import fused_groups
+from workloads.graph.passes import optimize
 from workloads.fused import workload_for_group
 
 

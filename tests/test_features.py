@@ -5,7 +5,7 @@ import math
 import random
 
 from search_spaces import get_template
-from search_spaces.features import bind, conv2d_features, feature_function, gemm_features
+from search_spaces.templates.features import bind, conv2d_features, feature_function, gemm_features
 from test_conv2d_template import conv_workload
 from workloads.gemm import Gemm
 

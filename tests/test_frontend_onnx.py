@@ -15,8 +15,8 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from tuner.errors import UsageError  # noqa: E402
 from tuner.frontend.onnx import from_model, load  # noqa: E402
-from tuner.graph import execute, verify  # noqa: E402
-from tuner.graph.passes import optimize  # noqa: E402
+from workloads.graph import execute, verify  # noqa: E402
+from workloads.graph.passes import optimize  # noqa: E402
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 

@@ -10,9 +10,9 @@ from search_spaces import get_template, templates_for
 from search_spaces.space import Config
 from tuner.dispatch import load_kernel
 from tuner.errors import InstantiationError, UsageError
-from tuner.graph import GraphBuilder, load, parse
-from tuner.graph.fusion import describe, fused_groups
-from tuner.graph.passes import optimize
+from workloads.graph import GraphBuilder, load, parse
+from workloads.graph.fusion import describe, fused_groups
+from workloads.graph.passes import optimize
 from workloads.fused import workload_for_group
 
 GRAPHS = ["workloads/graphs/conv_block.txt", "workloads/graphs/inception_block.txt",
@@ -82,7 +82,7 @@ def test_dag_group_carries_its_body_and_needs_the_node():
     w = workload_for_group(node)
     assert w.kind == "injective" and "body" in w.params()
     x = w.make_inputs()
-    from tuner.graph import execute
+    from workloads.graph import execute
     np.testing.assert_array_equal(w.reference(x)[0], execute(node.body, x)[0])
     with pytest.raises(UsageError, match="not a chain"):
         workload_for_group(describe(node))

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from search_spaces import get_template
-from search_spaces.gemm import GemmTemplate
+from search_spaces.templates.gemm import GemmTemplate
 from search_spaces.space import Config
 from tuner.errors import InstantiationError
 from workloads.gemm import Gemm

@@ -80,9 +80,9 @@ def test_module_entry_point():
 
 
 def test_full_constant_dumps_parse_back(capsys):
-    from tuner.graph import parse
-    from tuner.graph.passes import optimize
-    from tuner.graph.text import load
+    from workloads.graph import parse
+    from workloads.graph.passes import optimize
+    from workloads.graph.text import load
     assert main(["passes", CONV_BLOCK, "--dump", "--full-constants"]) == 0
     out = capsys.readouterr().out
     block = out.split("# ---- IR after FuseOps\n", 1)[1]

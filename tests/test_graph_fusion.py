@@ -5,12 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from tuner.graph import GraphBuilder, GraphError, load, parse, random_inputs, to_text, verify
-from tuner.graph.analysis import graph_stats
-from tuner.graph.fusion import describe, fused_groups
-from tuner.graph.passes import (ConvertLayout, FoldConstant, FuseOps, PassContext, Sequential,
+from workloads.graph import GraphBuilder, GraphError, load, parse, random_inputs, to_text, verify
+from workloads.graph.analysis import graph_stats
+from workloads.graph.fusion import describe, fused_groups
+from workloads.graph.passes import (ConvertLayout, FoldConstant, FuseOps, PassContext, Sequential,
                                 optimize, partition)
-from tuner.graph.testing import assert_same_results, run
+from workloads.graph.testing import assert_same_results, run
 
 ROOT = Path(__file__).resolve().parents[1]
 CONV_BLOCK = str(ROOT / "workloads" / "graphs" / "conv_block.txt")

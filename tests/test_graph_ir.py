@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from tuner.errors import TunerError, UsageError
-from tuner.graph import (OPS, GraphBuilder, GraphError, OpPattern, ParseError, TensorType,
+from workloads.graph import (OPS, GraphBuilder, GraphError, OpPattern, ParseError, TensorType,
                          execute, load, parse, random_inputs, to_text, verify)
-from tuner.graph.ir import Attrs, ConstValue, Graph, Node
+from workloads.graph.ir import Attrs, ConstValue, Graph, Node
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "workloads" / "graphs").glob("*.txt"))
@@ -248,7 +248,7 @@ def test_constant_forms_round_trip_exactly():
 
 
 def test_fused_graphs_round_trip():
-    from tuner.graph.passes import optimize
+    from workloads.graph.passes import optimize
     g = optimize(load(str(ROOT / "workloads" / "graphs" / "conv_block.txt")), 3)
     assert any(n.is_fused for n in g.nodes)
     assert parse(to_text(g)) == g
@@ -288,7 +288,7 @@ def test_parse_errors_have_line_numbers(text, message):
 # ---- verifier -------------------------------------------------------------------------
 
 def _typed(name, op, inputs=(), t=(2,), **attrs):
-    from tuner.graph.ops import get_op
+    from workloads.graph.ops import get_op
     return Node(name, op, tuple(inputs), get_op(op).make_attrs(attrs) if op in OPS else Attrs(attrs),
                 TensorType(t))
 
@@ -315,7 +315,7 @@ def test_verifier_reports_problems(nodes, outputs, message):
 
 
 def test_verifier_checks_fused_bodies():
-    from tuner.graph.passes import FuseOps
+    from workloads.graph.passes import FuseOps
     b = GraphBuilder()
     x = b.input("x", (2, 3))
     g = FuseOps()(b.build(b.op("relu", b.op("tanh", x))))

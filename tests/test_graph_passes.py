@@ -6,12 +6,12 @@ import io
 import pytest
 
 from tuner.errors import UsageError
-from tuner.graph import GraphError, PassError, parse, random_inputs, to_text, verify
-from tuner.graph.passes import (CanonicalizeOps, ConvertLayout, DeadCodeElimination, DumpIR,
+from workloads.graph import GraphError, PassError, parse, random_inputs, to_text, verify
+from workloads.graph.passes import (CanonicalizeOps, ConvertLayout, DeadCodeElimination, DumpIR,
                                 EliminateCommonSubexpr, FoldConstant, FoldScaleAxis, FuseOps,
                                 InferType, PassContext, PassRecorder, PassTiming, Sequential,
                                 SimplifyInference, graph_pass, pipeline_passes)
-from tuner.graph.testing import assert_same_results, run
+from workloads.graph.testing import assert_same_results, run
 
 
 def check(p, src: str, expected: str, *, infer_input: bool = True):

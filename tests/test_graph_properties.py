@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from tuner.graph import execute, parse, random_inputs, to_text, verify
-from tuner.graph.passes import (CanonicalizeOps, ConvertLayout, DeadCodeElimination,
+from workloads.graph import execute, parse, random_inputs, to_text, verify
+from workloads.graph.passes import (CanonicalizeOps, ConvertLayout, DeadCodeElimination,
                                 EliminateCommonSubexpr, FoldConstant, FoldScaleAxis, FuseOps,
                                 InferType, SimplifyInference, optimize)
-from tuner.graph.testing import assert_same_results, graphs, run
+from workloads.graph.testing import assert_same_results, graphs, run
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

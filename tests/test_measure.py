@@ -70,9 +70,9 @@ def test_baseline_of_a_fused_workload_is_its_numpy_reference(measurer):
     """Non-GEMM workloads are timed against their own NumPy implementation, not matmul."""
     from pathlib import Path
 
-    from tuner.graph import parse
-    from tuner.graph.fusion import fused_groups
-    from tuner.graph.passes import optimize
+    from workloads.graph import parse
+    from workloads.graph.fusion import fused_groups
+    from workloads.graph.passes import optimize
     from workloads.fused import workload_for_group
 
     text = (Path(__file__).parents[1] / "workloads/graphs/conv_block.txt").read_text()

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from tuner.cli import main
-from tuner.graph import load
-from tuner.graph.fusion import describe, fused_groups
+from workloads.graph import load
+from workloads.graph.fusion import describe, fused_groups
 from tuner.tasks import TaskScheduler, TaskState, extract_tasks, fuse, shares
 from workloads.fused import workload_for_group
 
@@ -37,7 +37,7 @@ def test_equal_groups_merge_into_one_task_with_occurrences():
     text = open("workloads/graphs/mlp.txt").read()
     tasks = extract_tasks(load("workloads/graphs/mlp.txt"))
     assert all(t.occurrences == 1 for t in tasks)
-    from tuner.graph import GraphBuilder
+    from workloads.graph import GraphBuilder
     import numpy as np
     b = GraphBuilder("rep")
     x = b.input("x", (4, 16))

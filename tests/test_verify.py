@@ -18,7 +18,7 @@ onnx = pytest.importorskip("onnx", reason="the optional extra .[onnx] is not ins
 pytest.importorskip("onnxruntime", reason="onnxruntime (extra .[onnx]) is not installed")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from tuner.build.verify import compare, verify_onnx  # noqa: E402
+from tuner.compiler.verify_model import compare, verify_onnx  # noqa: E402
 from tuner.errors import UsageError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,7 +81,7 @@ def test_verify_own_weights_and_failure_exit_code(tmp_path, monkeypatch):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "the model's weights" in r.stdout
     # An answer off by 0.2% (twice rtol, whatever the outputs' magnitude) is caught.
-    from tuner.build.module import Module
+    from tuner.compiler.module import Module
 
     real = Module.run
     monkeypatch.setattr(Module, "run",
@@ -112,7 +112,7 @@ def test_verify_bad_input_exit_2(args, tmp_path):
 
 
 def test_missing_onnxruntime_is_a_usage_error(monkeypatch):
-    from tuner.build.verify import ort_session
+    from tuner.compiler.verify_model import ort_session
 
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
     with pytest.raises(UsageError, match="pip install"):

@@ -1,24 +1,35 @@
 """tuner: an autotuning search framework for CPU tensor kernels.
 
-Public API (imported lazily so ``import tuner`` stays cheap):
+The Python API (``tuner.api``; imported lazily so ``import tuner`` stays cheap)::
 
-- ``tuner.gemm(A, B)``: C = A @ B with the best tuned kernel for this shape and target
-  (a visible fallback when none is recorded).
-- ``tuner.build(graph)``: an executable module for a graph (``tuner.frontend.onnx.load``
-  reads ONNX), with the best tuned configs applied and a one-line fallback summary.
+    tuner.tune(workload_or_spec, ...)  -> TuneResult   search, record, return the best
+    tuner.tune_model(graph_or_path, ...) -> dict       tune every task of a model
+    tuner.build(graph_or_path, ...)    -> Module       a model with the best records applied
+    tuner.gemm(A, B)                   -> C            dispatch: best record or loud fallback
+    tuner.open_db(url)                 -> Records      query the records
+    tuner.register_workload(cls), tuner.register_template(template, priority=1)
+    tuner.Workload, tuner.Template, tuner.Config, tuner.workload(spec)
 """
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
+_API = {
+    "tune": "tuner.api", "tune_model": "tuner.api", "build": "tuner.api", "open_db": "tuner.api",
+    "register_workload": "tuner.api", "register_template": "tuner.api", "workload": "tuner.api",
+    "TuneResult": "tuner.api", "gemm": "tuner.dispatch", "Workload": "workloads.base",
+    "Template": "search_spaces.template", "Config": "search_spaces.space",
+    "TunerError": "tuner.errors", "UsageError": "tuner.errors",
+}
+
 
 def __getattr__(name: str):
-    if name == "gemm":
-        from tuner.dispatch import gemm
-
-        return gemm
-    if name == "build":
+    if name in _API:
         import importlib
 
-        return importlib.import_module("tuner.build")  # a callable package: tuner.build(graph)
+        return getattr(importlib.import_module(_API[name]), name)
     raise AttributeError(f"module 'tuner' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + list(_API))

@@ -42,10 +42,7 @@ class Selection:
 
 
 def tune_command(workload, threads: int) -> str:
-    if workload.kind == "gemm":
-        return (f"python -m tuner tune gemm --shape {workload.shape_str} --dtype {workload.dtype} "
-                f"--threads {threads}")
-    return f"python -m tuner tune {workload.kind} ... --threads {threads}"
+    return workload.tune_command(threads)
 
 
 def _warn_once(key: tuple, message: str) -> None:
@@ -128,10 +125,12 @@ def load_kernel(workload, template, config: Config):
     return fn
 
 
-def open_store(url: str | None = None) -> Store:
+def open_store(url: str | None = None, create: bool = True) -> Store:
+    """The process's store for ``url`` (default ``$TUNER_DB`` or ``logs/tuning.db``), opened
+    once; ``create=False`` refuses a SQLite file that does not exist (queries)."""
     url = settings.db_url(url)
     if url not in _STORES:
-        _STORES[url] = Store(url)
+        _STORES[url] = Store(url, create=create)
     return _STORES[url]
 
 

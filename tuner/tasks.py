@@ -32,7 +32,6 @@ from tuner.errors import UsageError
 
 VIEW_OPS = frozenset({"reshape", "flatten", "squeeze", "expand_dims"})
 # Nominal single-thread rates for the estimate of untuned tasks (flop/s by kind; bytes/s).
-NOMINAL_FLOPS = {"conv2d": 20e9, "dense": 10e9, "injective": 2e9, "fixed": 1e9, "gemm": 20e9}
 NOMINAL_BANDWIDTH = 5e9
 
 
@@ -63,8 +62,8 @@ def is_view(node) -> bool:
 
 
 def fuse(graph, opt_level: int = 2, layout: str = "NHWC"):
-    """The pipeline the builder runs (``tuner.build.builder.build``)."""
-    from tuner.graph.passes import optimize
+    """The pipeline the builder runs (``tuner.compiler.builder.build``)."""
+    from workloads.graph.passes import optimize
 
     if opt_level == 3:
         return optimize(graph, opt_level, layout=layout)
@@ -72,7 +71,7 @@ def fuse(graph, opt_level: int = 2, layout: str = "NHWC"):
 
 
 def estimate_time(workload) -> float:
-    rate = NOMINAL_FLOPS.get(workload.kind, 1e9)
+    rate = workload.nominal_flops_rate
     return max(workload.flops() / rate, workload.nbytes() / NOMINAL_BANDWIDTH, 1e-6)
 
 
@@ -80,7 +79,7 @@ def extract_tasks(graph, *, opt_level: int = 2, fused: bool = False, store=None,
                   threads: int = 1) -> list[Task]:
     """Tasks of ``graph`` (already fused when ``fused``), heaviest share first."""
     from search_spaces import get_template, templates_for
-    from tuner.graph.fusion import fused_groups
+    from workloads.graph.fusion import fused_groups
     from workloads.fused import workload_for_group
 
     g = graph if fused else fuse(graph, opt_level)
@@ -202,11 +201,12 @@ def load_graph(path: str):
     return load_model(path)
 
 
-def tune_model(path: str, *, trials: int, store, target, threads: int, opt_level: int = 2,
+def tune_model(graph, *, trials: int, store, target, threads: int, opt_level: int = 2,
                strategy: str = "model", round_size: int = 8, seed: int = 0, measure_opts=None,
                progress: bool = False, log_path: str | None = None, command: str = "",
                echo=print) -> dict:
-    """Tune every task of the model at ``path`` into ``store``; returns the report."""
+    """Tune every task of ``graph`` (a Graph, or the path of a model) into ``store``; returns
+    the report."""
     import time
 
     from search_spaces import get_template
@@ -214,7 +214,10 @@ def tune_model(path: str, *, trials: int, store, target, threads: int, opt_level
     from tuner.tuning import TuneOptions, tune
 
     t0 = time.perf_counter()
-    tasks = extract_tasks(load_graph(path), opt_level=opt_level, store=store, target=target,
+    model = graph if isinstance(graph, str) else graph.name
+    if isinstance(graph, str):
+        graph = load_graph(graph)
+    tasks = extract_tasks(graph, opt_level=opt_level, store=store, target=target,
                           threads=threads)
     states = []
     for i, t in enumerate(tasks):
@@ -260,7 +263,7 @@ def tune_model(path: str, *, trials: int, store, target, threads: int, opt_level
              ("default measured" if states[i].measured else "estimate"),
              "time_before_ms": start[i] * 1e3, "time_after_ms": states[i].best * 1e3}
             for i, t in enumerate(tasks)]
-    return {"model": path, "target": target.key, "threads": threads, "budget": trials,
+    return {"model": model, "target": target.key, "threads": threads, "budget": trials,
             "spent": sched.spent, "estimated_latency_before_ms": before * 1e3,
             "estimated_latency_after_ms": after * 1e3, "wall_time_s": time.perf_counter() - t0,
             "tasks": rows}

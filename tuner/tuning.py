@@ -44,6 +44,23 @@ class TuneOptions:
     progress: bool = True
     command: str = ""
 
+    def __post_init__(self) -> None:
+        """Checked here so every caller (CLI, ``tuner.tune``, ``tune_model``) gets the same
+        one-line ``UsageError`` before anything is measured or recorded."""
+        from tuner.errors import UsageError
+        from tuner.search import STRATEGIES
+
+        for name in ("trials", "batch_size", "threads"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise UsageError(f"{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        for name in ("timeout", "early_stopping"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, (int, float)) or value <= 0):
+                raise UsageError(f"{name.replace('_', '-')} must be positive, got {value!r}")
+        if self.strategy not in STRATEGIES:
+            raise UsageError(f"unknown strategy {self.strategy!r}; choose one of {', '.join(STRATEGIES)}")
+
 
 @dataclass
 class TuneSummary:

@@ -30,6 +30,27 @@ class Workload(ABC):
     """Base class. Subclasses are frozen dataclasses registered in ``workloads.REGISTRY``."""
 
     kind: ClassVar[str]
+    #: FLOP/s assumed before anything is measured (task scheduling, latency estimates)
+    nominal_flops_rate: ClassVar[float] = 1e9
+
+    @classmethod
+    def parse_spec(cls, text: str) -> "Workload":
+        """The workload a short spec names (``tuner.tune("gemm:1024x1024x1024")``, ``tune gemm
+        --shape``); kinds that have one override this."""
+        from tuner.errors import UsageError
+
+        raise UsageError(f"workload kind {cls.kind!r} has no short spec; pass a workload object "
+                         f"or its key ('{cls.kind}:{{...}}')")
+
+    @classmethod
+    def claims_group(cls, params: dict[str, Any]) -> bool:
+        """Whether a fused group described by ``params`` becomes this kind (kinds made from
+        fused groups override this; see ``workloads.kind_of``)."""
+        return False
+
+    def tune_command(self, threads: int) -> str:
+        """The command that tunes this workload (named in fallback warnings)."""
+        return f"python -m tuner tune model MODEL.onnx --threads {threads}"
 
     @abstractmethod
     def params(self) -> dict[str, Any]:

@@ -13,7 +13,7 @@ its attributes, input and output types, ordered epilogue), so the key is identic
 group is described, and weights' values are never part of it. A group whose body is not a
 chain (an injective DAG such as ``concat(relu(a), relu(b))``) also carries its body as
 canonical IR text (values renamed ``p<k>``/``t<k>``). The reference executes the body with
-``tuner.graph``'s NumPy executor; the check's tolerance depends on the dtype, the reduction
+``workloads.graph``'s NumPy executor; the check's tolerance depends on the dtype, the reduction
 length and how the epilogue propagates the anchor's rounding error.
 """
 from __future__ import annotations
@@ -122,7 +122,7 @@ class FusedWorkload(Workload):
         return arrays
 
     def reference(self, inputs):
-        from tuner.graph import execute
+        from workloads.graph import execute
 
         return [np.asarray(execute(self.body, list(inputs))[0])]
 
@@ -134,8 +134,8 @@ class FusedWorkload(Workload):
         return n * sum(1 for e in self.epilogue if e["op"] not in _MOVEMENT)
 
     def _anchor_ref(self, inputs, absolute: bool) -> np.ndarray:
-        from tuner.graph.ops import get_op
-        from tuner.graph.ir import Attrs
+        from workloads.graph.ops import get_op
+        from workloads.graph.ir import Attrs
 
         op = get_op(self.anchor)
         args = [inputs[i].astype(np.float64) for i in self.p["anchor_inputs"]]
@@ -146,7 +146,7 @@ class FusedWorkload(Workload):
             return np.asarray(op.compute(args, Attrs(attrs)), dtype=np.float64)
 
     def _run_epilogue(self, y: np.ndarray, inputs) -> np.ndarray:
-        from tuner.graph.ops import get_op
+        from workloads.graph.ops import get_op
 
         for e in self.epilogue:
             args = [inputs[k].astype(np.float64) for k, *_ in e["others"]]
@@ -207,6 +207,12 @@ _MOVEMENT = {"reshape", "flatten", "transpose", "layout_transform", "concatenate
 @dataclass(frozen=True, eq=False)
 class Conv2dGroup(FusedWorkload):
     kind: ClassVar[str] = "conv2d"
+    nominal_flops_rate: ClassVar[float] = 20e9
+
+    @classmethod
+    def claims_group(cls, params: dict) -> bool:
+        return (params["anchor"] == "conv2d" and params["anchor_attrs"].get("groups", 1) == 1
+                and params["output"][1] in FLOAT)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -242,6 +248,15 @@ class Conv2dGroup(FusedWorkload):
 @dataclass(frozen=True, eq=False)
 class DenseGroup(FusedWorkload):
     kind: ClassVar[str] = "dense"
+    nominal_flops_rate: ClassVar[float] = 10e9
+
+    @classmethod
+    def claims_group(cls, params: dict) -> bool:
+        anchor = params["anchor"]
+        if anchor not in ("dense", "matmul") or params["output"][1] not in FLOAT:
+            return False
+        xs, ws = (params["inputs"][i][0] for i in params["anchor_inputs"])
+        return len(ws) == 2 and len(xs) >= (1 if anchor == "dense" else 2)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -274,6 +289,11 @@ class DenseGroup(FusedWorkload):
 @dataclass(frozen=True, eq=False)
 class InjectiveGroup(FusedWorkload):
     kind: ClassVar[str] = "injective"
+    nominal_flops_rate: ClassVar[float] = 2e9
+
+    @classmethod
+    def claims_group(cls, params: dict) -> bool:
+        return params["anchor"] is None and params["kind"] in ("elemwise", "broadcast", "injective")
 
     def flops(self) -> int:
         return max(1, self.epilogue_flops()) if not self.p.get("body") else \
@@ -282,7 +302,13 @@ class InjectiveGroup(FusedWorkload):
 
 @dataclass(frozen=True, eq=False)
 class FixedGroup(FusedWorkload):
+    """Everything no other kind claims (pools, softmax, lrn, grouped conv, batch_matmul, ...)."""
+
     kind: ClassVar[str] = "fixed"
+
+    @classmethod
+    def claims_group(cls, params: dict) -> bool:
+        return True
 
     def main_op(self) -> str:
         return self.anchor or self.p["ops"][0]
@@ -321,33 +347,19 @@ class FixedGroup(FusedWorkload):
         return out * max(1, self.reduction_length()) + self.epilogue_flops()
 
 
-KINDS = {"conv2d": Conv2dGroup, "dense": DenseGroup, "injective": InjectiveGroup, "fixed": FixedGroup}
-
-
 def kind_of(params: dict) -> str:
-    """Which workload kind a described group becomes."""
-    anchor, dtype = params["anchor"], params["output"][1]
-    ins = params["inputs"]
-    if anchor == "conv2d":
-        a = params["anchor_attrs"]
-        if a.get("groups", 1) == 1 and dtype in FLOAT:
-            return "conv2d"
-        return "fixed"
-    if anchor in ("dense", "matmul"):
-        xs, ws = (ins[i][0] for i in params["anchor_inputs"])
-        if dtype in FLOAT and len(ws) == 2 and len(xs) >= (1 if anchor == "dense" else 2):
-            return "dense"
-        return "fixed"
-    if anchor is None and params["kind"] in ("elemwise", "broadcast", "injective"):
-        return "injective"
-    return "fixed"
+    """Which workload kind a described group becomes: the first registered group kind that
+    claims it (``workloads.group_kinds``: registration priority, then order; ``fixed`` last)."""
+    from workloads import group_kinds
+
+    return next(cls.kind for cls in group_kinds() if cls.claims_group(params))
 
 
 def group_params(node_or_description) -> dict:
     """Canonical params of a fused node or a ``GroupDescription`` (body text for DAG groups)."""
-    from tuner.graph.fusion import GroupDescription, describe
-    from tuner.graph.errors import GraphError
-    from tuner.graph.ir import Node
+    from workloads.graph.fusion import GroupDescription, describe
+    from workloads.graph.errors import GraphError
+    from workloads.graph.ir import Node
 
     body = None
     if isinstance(node_or_description, Node):
@@ -373,4 +385,6 @@ def group_params(node_or_description) -> dict:
 def workload_for_group(node_or_description) -> FusedWorkload:
     """The workload of one fused group (a fused ``Node`` or a ``GroupDescription``)."""
     params = group_params(node_or_description)
-    return KINDS[kind_of(params)].from_params(params)
+    import workloads
+
+    return workloads.workload_class(kind_of(params)).from_params(params)

@@ -13,8 +13,8 @@ def is_chain(params: dict) -> bool:
 
 def canonical_body_text(body) -> str:
     """The body as IR text with values renamed p<k> (parameters) and t<k> (ops)."""
-    from tuner.graph.ir import Graph
-    from tuner.graph.text import to_text
+    from workloads.graph.ir import Graph
+    from workloads.graph.text import to_text
 
     names: dict[str, str] = {}
     k_in = k_op = 0
@@ -32,8 +32,8 @@ def canonical_body_text(body) -> str:
 
 def build_body(params: dict):
     """The group's body graph from params (its text when present, else the chain)."""
-    from tuner.graph import GraphBuilder, parse
-    from tuner.graph.errors import GraphError
+    from workloads.graph import GraphBuilder, parse
+    from workloads.graph.errors import GraphError
 
     try:
         if params.get("body"):

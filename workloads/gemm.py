@@ -42,6 +42,7 @@ class Gemm(Workload):
     dtype: str = "float32"
 
     kind: ClassVar[str] = "gemm"
+    nominal_flops_rate: ClassVar[float] = 20e9
 
     def __post_init__(self) -> None:
         for name in ("M", "N", "K"):
@@ -75,6 +76,16 @@ class Gemm(Workload):
                     f"{avail / 2**30:.1f} GiB of memory is available"
                 )
         return w
+
+    @classmethod
+    def parse_spec(cls, text: str) -> "Gemm":
+        """``MxNxK`` or ``MxNxK:dtype`` (``tuner.tune("gemm:1024x1024x1024:float64")``)."""
+        shape, _, dtype = text.partition(":")
+        return cls.parse(shape, dtype or "float32")
+
+    def tune_command(self, threads: int) -> str:
+        return (f"python -m tuner tune gemm --shape {self.shape_str} --dtype {self.dtype} "
+                f"--threads {threads}")
 
     @property
     def shape_str(self) -> str:

@@ -29,7 +29,7 @@ from typing import Callable
 
 import numpy as np
 
-from tuner.build.module import Timing, time_fn
+from tuner.compiler.module import Timing, time_fn
 
 GROUPS = {
     "A": ("ONNX Runtime", "onnxruntime", "-"),
@@ -57,9 +57,9 @@ def bench_model(path: str, threads_list: list[int], *, groups: str = "ANBCD", se
                 log: Callable[[str], None] = print) -> dict:
     from threadpoolctl import threadpool_limits
 
-    from tuner.build.builder import build
-    from tuner.build.verify import compare, ort_session, prepare
-    from tuner.graph.executor import execute, random_inputs
+    from tuner.compiler.builder import build
+    from tuner.compiler.verify_model import compare, ort_session, prepare
+    from workloads.graph.executor import execute, random_inputs
     from tuner.target import host_target
 
     model, graph = prepare(path, seed)

@@ -34,7 +34,7 @@ def register(sub) -> None:
 
 def build_module(args, graph=None):
     """Build ``args.model`` (or ``graph``) with the shared options; returns the module."""
-    from tuner.build import build
+    from tuner.compiler import build
     from tuner.cli.common import threads_of
     from tuner.errors import UsageError
     from tuner.frontend import load_model
@@ -47,7 +47,7 @@ def build_module(args, graph=None):
 
 
 def run(args) -> int:
-    from tuner.graph.analysis import human_bytes
+    from workloads.graph.analysis import human_bytes
 
     module = build_module(args)
     s = module.summary

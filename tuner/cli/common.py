@@ -38,17 +38,15 @@ def workload_of(args):
     from tuner.errors import UsageError
 
     cls = workloads.workload_class(args.kind)
-    if args.kind == "gemm":
-        if not args.shape:
-            raise UsageError("gemm needs --shape MxNxK, e.g. --shape 1024x1024x1024")
-        return cls.parse(args.shape, args.dtype)
-    raise UsageError(f"workload kind {args.kind!r} cannot be given on the command line yet")
+    if not args.shape:
+        raise UsageError(f"{args.kind} needs --shape, e.g. --shape 1024x1024x1024")
+    return cls.parse_spec(f"{args.shape}:{args.dtype}")
 
 
-def open_store(args):
+def open_store(args, create: bool = True):
     from tuner.dispatch import open_store as _open
 
-    return _open(getattr(args, "db", None))
+    return _open(getattr(args, "db", None), create=create)
 
 
 def print_json(obj) -> None:

@@ -51,7 +51,7 @@ def _workload_key(text: str | None) -> str | None:
 
 
 def cmd_list(args) -> int:
-    rows = open_store(args).workloads_summary()
+    rows = open_store(args, create=False).workloads_summary()
     if args.json:
         print_json(rows)
     else:
@@ -60,7 +60,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_best(args) -> int:
-    store = open_store(args)
+    store = open_store(args, create=False)
     bests = store.best_many(_workload_key(args.workload), args.target, args.threads)
     if args.json:
         print_json([b.to_dict() for b in bests])
@@ -76,7 +76,7 @@ def cmd_best(args) -> int:
 
 
 def cmd_history(args) -> int:
-    rows = open_store(args).trials(workload_key=_workload_key(args.workload),
+    rows = open_store(args, create=False).trials(workload_key=_workload_key(args.workload),
                                    target_key=args.target, threads=args.threads, status=args.status)
     if args.limit:
         rows = rows[-args.limit:]
@@ -97,7 +97,7 @@ def cmd_history(args) -> int:
 def cmd_export(args) -> int:
     from tuner.db.jsonl import export_jsonl
 
-    store = open_store(args)
+    store = open_store(args, create=False)
     filters = dict(workload_key=_workload_key(args.workload), target_key=args.target, threads=args.threads)
     if args.output == "-":
         n = export_jsonl(store, sys.stdout, **filters)
@@ -129,7 +129,7 @@ def cmd_import(args) -> int:
 def cmd_check(args) -> int:
     from tuner.db.check import check
 
-    store = open_store(args)
+    store = open_store(args, create=False)
     problems, notes = check(store)
     for n in notes:
         print(f"note: {n}")

@@ -30,7 +30,7 @@ def run_model(args) -> int:
     from tuner.cli.common import fmt_time, print_json
     from tuner.errors import UsageError
     from tuner.frontend import load_model
-    from tuner.graph.executor import random_inputs
+    from workloads.graph.executor import random_inputs
 
     if args.repeat < 1 or args.warmup < 0:
         raise UsageError("--repeat must be >= 1 and --warmup >= 0")
@@ -53,7 +53,7 @@ def run_model(args) -> int:
 
 
 def run_verify(args) -> int:
-    from tuner.build.verify import verify_onnx
+    from tuner.compiler.verify_model import verify_onnx
     from tuner.cli.common import print_json, threads_of
     from tuner.errors import UsageError
 

@@ -33,11 +33,11 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from tuner.errors import UsageError
-    from tuner.graph.analysis import graph_stats, human_bytes
-    from tuner.graph.fusion import describe, fused_groups
-    from tuner.graph.passes import DumpIR, PassContext, PassRecorder, pipeline_passes, Sequential
-    from tuner.graph.passes.pipeline import DEFAULT_MAX_GROUP_SIZE
-    from tuner.graph.text import to_text
+    from workloads.graph.analysis import graph_stats, human_bytes
+    from workloads.graph.fusion import describe, fused_groups
+    from workloads.graph.passes import DumpIR, PassContext, PassRecorder, pipeline_passes, Sequential
+    from workloads.graph.passes.pipeline import DEFAULT_MAX_GROUP_SIZE
+    from workloads.graph.text import to_text
 
     from tuner.frontend import load_model
 

@@ -5,7 +5,7 @@ import shlex
 import sys
 
 from tuner.cli.common import (add_db_arg, add_threads_arg, add_workload_args, fmt_time,
-                              open_store, print_json, threads_of, workload_of)
+                              print_json, threads_of, workload_of)
 
 
 def register(sub) -> None:
@@ -43,20 +43,8 @@ def register(sub) -> None:
     p.set_defaults(handler=run)
 
 
-def _positive(name: str, value, allow_none: bool = False) -> None:
-    from tuner.errors import UsageError
-
-    if value is None and allow_none:
-        return
-    if value is None or value <= 0:
-        raise UsageError(f"{name} must be positive, got {value}")
-
-
 def run(args) -> int:
-    from search_spaces import get_template, templates_for
-    from tuner.measure.measurer import MeasureOptions
-    from tuner.target import host_target
-    from tuner.tuning import TuneOptions, tune
+    from tuner.api import tune
 
     if args.kind == "model" or args.model is not None:
         from tuner.cli.tasks_cmd import tune_model_cmd
@@ -64,43 +52,23 @@ def run(args) -> int:
         return tune_model_cmd(args)
     workload = workload_of(args)
     threads = threads_of(args)
-    for name in ("trials", "batch_size", "repeat", "min_repeat_ms", "run_timeout", "build_timeout"):
-        _positive("--" + name.replace("_", "-"), getattr(args, name))
-    _positive("--timeout", args.timeout, allow_none=True)
-    from tuner.errors import UsageError
-    from tuner.search import STRATEGIES
-
-    if args.strategy not in STRATEGIES:
-        raise UsageError(f"unknown strategy {args.strategy!r}; choose one of {', '.join(STRATEGIES)}")
-    template = get_template(args.template or templates_for(workload.kind)[0])
-    store = open_store(args)
-    target = host_target()
-    opts = TuneOptions(strategy=args.strategy, trials=args.trials, timeout=args.timeout,
-                       seed=args.seed, threads=threads, batch_size=args.batch_size,
-                       early_stopping=args.early_stopping, progress=not args.no_progress,
-                       transfer=not args.no_transfer,
-                       optuna_storage=None if args.optuna_storage == "memory" else args.optuna_storage,
-                       log_path=args.log or None,
-                       command=shlex.join(["python", "-m", "tuner", *sys.argv[1:]]))
-    mopts = MeasureOptions(threads=threads, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms,
-                           run_timeout=args.run_timeout, build_timeout=args.build_timeout)
-    space = template.space(workload, threads)
-    n_valid = space.count_valid()
-    if not args.json:
-        print(f"workload : {workload}  ({workload.flops() / 1e9:.3f} GFLOP)")
-        print(f"target   : {target.key}, {threads} thread(s)")
-        print(f"template : {template.name} v{template.version}, {len(space.knobs)} knobs, "
-              f"{space.size} points" + (f", {n_valid} valid" if n_valid is not None else ""))
-        print(f"search   : {args.strategy}, {args.trials} trials, seed {args.seed}, db {store.url}")
-    s = tune(workload, template, store, target, opts, mopts)
+    r = tune(workload, trials=args.trials, strategy=args.strategy, threads=threads,
+             template=args.template, db=args.db, seed=args.seed, timeout=args.timeout,
+             early_stopping=args.early_stopping, batch_size=args.batch_size, repeat=args.repeat,
+             min_repeat_ms=args.min_repeat_ms, run_timeout=args.run_timeout,
+             build_timeout=args.build_timeout, transfer=not args.no_transfer,
+             optuna_storage=None if args.optuna_storage == "memory" else args.optuna_storage,
+             log=args.log or None, progress=not args.no_progress,
+             command=shlex.join(["python", "-m", "tuner", *sys.argv[1:]]),
+             echo=None if args.json else print)
     report = {
-        "run_id": s.run_id, "workload": s.workload_key, "target": s.target_key, "threads": s.threads,
-        "measured": s.measured, "resumed": s.resumed, "statuses": dict(s.statuses),
-        "stop_reason": s.stop_reason, "wall_time_s": round(s.wall_time, 2),
-        "best": s.best.to_dict() if s.best else None,
-        "numpy_median_s": s.baseline.median if s.baseline else None,
-        "ratio_vs_numpy": s.ratio,
+        "run_id": r.run_id, "workload": workload.key, "target": _target_key(), "threads": threads,
+        "measured": r.measured, "resumed": r.resumed, "statuses": r.statuses,
+        "stop_reason": r.stop_reason, "wall_time_s": round(r.wall_time, 2),
+        "best": r.best.to_dict() if r.best else None,
+        "numpy_median_s": r.baseline_median, "ratio_vs_numpy": r.ratio,
     }
+    s = r.summary
     if args.json:
         print_json(report)
         return 0 if s.best else 1
@@ -124,3 +92,9 @@ def run(args) -> int:
               f"({workload.baseline_name}, {threads} thread(s), same run)")
         print(f"ratio    : {s.ratio:.2f}x NumPy's speed (NumPy time / tuned time)")
     return 0
+
+
+def _target_key() -> str:
+    from tuner.target import host_target
+
+    return host_target().key

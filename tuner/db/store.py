@@ -84,7 +84,9 @@ def rank_configs(rows: Sequence[TrialRow]) -> list[tuple[float, list[TrialRow]]]
 
 
 class Store:
-    def __init__(self, url: str):
+    def __init__(self, url: str, create: bool = True):
+        """Open the records at ``url``; ``create=False`` (queries) refuses a SQLite file that
+        does not exist instead of creating an empty database."""
         self.url = url
         try:
             parsed = make_url(url)
@@ -95,6 +97,9 @@ class Store:
             db = parsed.database
             # (a "file:..." database is an SQLite URI, e.g. read-only mode: not a path to make)
             if db and db != ":memory:" and not db.startswith("file:"):
+                if not create and not Path(db).is_file():
+                    raise DatabaseError(f"no database at {url!r} (nothing has been recorded "
+                                        "there; tune something first, or check --db / TUNER_DB)")
                 Path(db).parent.mkdir(parents=True, exist_ok=True)
             kwargs["connect_args"] = {"timeout": 60}
         try:

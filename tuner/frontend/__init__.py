@@ -13,7 +13,7 @@ import os
 def load_model(path: str):
     """A graph from ``path``: ONNX when it ends in ``.onnx``, else the IR text form."""
     from tuner.errors import UsageError
-    from tuner.graph.errors import GraphError
+    from workloads.graph.errors import GraphError
 
     if not os.path.isfile(path):
         raise UsageError(f"no such file: {path}")
@@ -21,7 +21,7 @@ def load_model(path: str):
         from tuner.frontend.onnx import load
 
         return load(path)
-    from tuner.graph.text import parse
+    from workloads.graph.text import parse
 
     try:
         with open(path, encoding="utf-8") as fh:

@@ -25,9 +25,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from tuner.errors import UsageError
-from tuner.graph.builder import GraphBuilder
-from tuner.graph.errors import GraphError
-from tuner.graph.ir import Graph, TensorType
+from workloads.graph.builder import GraphBuilder
+from workloads.graph.errors import GraphError
+from workloads.graph.ir import Graph, TensorType
 
 MIN_OPSET = 9
 

@@ -138,8 +138,8 @@ def calibrate(model, seed: int) -> None:
     from onnx import numpy_helper
 
     from tuner.frontend.onnx import import_model
-    from tuner.graph.executor import bind_inputs, evaluate
-    from tuner.graph.executor import random_inputs
+    from workloads.graph.executor import bind_inputs, evaluate
+    from workloads.graph.executor import random_inputs
 
     graph, values = import_model(model, name="calibrate")
     onnx_name = {ir: ox for ox, ir in values.items()}

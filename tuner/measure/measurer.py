@@ -34,6 +34,17 @@ class MeasureOptions:
     build_workers: int = 0        # 0: one per core
     check: bool = True
 
+    def __post_init__(self) -> None:
+        """Every caller (CLI, ``tuner.tune``, scripts) gets the same one-line errors."""
+        from tuner.errors import UsageError
+
+        for name in ("threads", "repeat", "min_repeat_ms", "max_time_s", "build_timeout", "run_timeout"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value <= 0:
+                raise UsageError(f"{name.replace('_', '-')} must be positive, got {value}")
+        if self.warmup < 0 or self.build_workers < 0:
+            raise UsageError("warmup and build-workers must be >= 0")
+
 
 def write_source(source: str, cache: Path | None = None) -> Path:
     """Store ``source`` under its content hash (atomic; existing files are left alone)."""

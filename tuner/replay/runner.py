@@ -111,7 +111,7 @@ PLAIN = "model-knobs"
 
 def prior_from_tables(tables: Sequence[Table], exclude: Table | None = None) -> list:
     """Transfer data: the rows of other tables (same template and target) as cost-model samples."""
-    from search_spaces.features import feature_function
+    from search_spaces.templates.features import feature_function
     from tuner.search.cost_model import Sample
 
     out = []
@@ -138,7 +138,7 @@ def setup(spec: str, table: Table, transfer_from: Sequence[Table] = ()) -> tuple
     is the same strategy with the generic knob encoding only; ``model+transfer`` is ``model``
     pre-trained on ``transfer_from`` (other workloads' tables on the same target).
     """
-    from search_spaces.features import bind
+    from search_spaces.templates.features import bind
 
     features = bind(table.header["template"]["name"], table.header["workload"]["params"],
                     table.header["target"].get("caches"))

@@ -2,7 +2,7 @@
 
 Features: the generic knob encoding of the space (an ordinal knob contributes log2 of its
 value, a categorical knob a one-hot vector, a bool 0/1) plus the template's *domain*
-features from ``search_spaces.features`` (effective tiles, working sets against L1/L2,
+features from ``search_spaces.templates.features`` (effective tiles, working sets against L1/L2,
 register tile, arithmetic intensity, packing traffic, parallel grain, workload dimensions).
 
 Target: ranking-friendly and comparable across workloads. Within each workload ("group")
@@ -178,7 +178,7 @@ def prior_from_rows(rows, exclude_workload: str, template: str,
     ``rows``: ``TrialRow``s (``store.trials(target_key=..., template=..., threads=...)``).
     A config measured several times keeps its slowest median; any failure marks it failed.
     """
-    from search_spaces.features import feature_function
+    from search_spaces.templates.features import feature_function
 
     fn = feature_function(template)
     by_key: dict[tuple[str, str], tuple[Mapping, Mapping, float | None]] = {}

@@ -129,7 +129,7 @@ def strategy_options(strategy: str, workload, template, store, target, threads: 
     (``optuna_storage="db"``), in another URL, or in memory (None).
     """
     if strategy == "model":
-        from search_spaces.features import bind
+        from search_spaces.templates.features import bind
         from tuner.search.cost_model import prior_from_rows
 
         opts: dict = {"features": bind(template.name, workload.params(), target.caches)}

@@ -1,0 +1,307 @@
+"""Source generators for the GEMM template's inner pieces: packing, micro-kernels, edges.
+
+Each generator returns Python source text (a list of lines) for one Numba function of the
+generated module. The module defines the constants they use (``M, N, K, MR, NR, DTYPE``,
+``ZERO``...), so trip counts are compile-time constants for LLVM.
+
+Every micro-kernel has one signature::
+
+    micro_kernel(AA, ai, BB, bj, p0, kc, C, ci, cj, mlen, nlen, first)
+
+``AA``/``BB`` are either the packed panels (``Ap[panel, p, r]``, ``Bp[panel, p, c]``, indexed
+by panel ``ai``/``bj``) or the original row-major operands (indexed by row ``ai`` / column
+``bj`` and the K offset ``p0``). It computes the MR x NR block of C at (ci, cj) over ``kc``
+steps of K, storing (``first``) or adding its result; only ``mlen`` x ``nlen`` of it is
+written (partial tiles exist only where the operands are zero-padded panels).
+
+Formulations (knob ``microkernel``):
+
+- ``loops``: plain Numba loops over a small local accumulator array (LLVM decides whether
+  to unroll, vectorise and keep it in registers).
+- ``unrolled``: every accumulator a named scalar ``c_r_c`` and every statement spelled out,
+  so the SLP vectoriser sees straight-line code with no memory accumulator.
+- ``intrinsic``: explicit LLVM vector values through ``search_spaces.runtime.simd`` (vector loads
+  from the packed B panel, broadcasts of A, ``llvm.fma``), one register per accumulator.
+"""
+from __future__ import annotations
+
+from tuner.errors import InstantiationError
+
+JIT = "@numba.njit(cache=True{extra})"
+
+
+def _jit(fastmath: bool = False, inline: bool = False) -> str:
+    extra = ""
+    if fastmath:
+        extra += ", fastmath=True"
+    return JIT.format(extra=extra)
+
+
+def a_elem(pack_a: bool, r: str, p: str) -> str:
+    """Source of A[row r of the tile, step p of K] for the micro-kernel arguments."""
+    return f"AA[ai, {p}, {r}]" if pack_a else f"AA[ai + {r}, p0 + {p}]"
+
+
+def b_elem(pack_b: bool, p: str, c: str) -> str:
+    return f"BB[bj, {p}, {c}]" if pack_b else f"BB[p0 + {p}, bj + {c}]"
+
+
+# -- packing ----
+def empty_aligned_source() -> list[str]:
+    return [
+        _jit(),
+        "def empty_aligned(n0, n1, n2):",
+        '    """np.empty((n0, n1, n2), DTYPE) starting on a 64-byte boundary (whole-line vector loads)."""',
+        "    size = n0 * n1 * n2",
+        "    per_line = 64 // ITEMSIZE",
+        "    buf = np.empty(size + per_line, DTYPE)",
+        "    off = (per_line - (buf.ctypes.data // ITEMSIZE) % per_line) % per_line",
+        "    return buf[off:off + size].reshape((n0, n1, n2))",
+    ]
+
+
+def pack_a_source() -> list[str]:
+    return [
+        _jit(),
+        "def pack_a(A, i0, p0, mc, kc, Ap):",
+        '    """Copy A[i0:i0+mc, p0:p0+kc] into MR-row panels: Ap[q, p, r] = A[i0 + q*MR + r, p0 + p].',
+        "",
+        "    Rows past mc are zero, so the micro-kernel can always compute a full MR-row tile.",
+        '    """',
+        "    for q in range((mc + MR - 1) // MR):",
+        "        for r in range(MR):",
+        "            i = q * MR + r",
+        "            if i < mc:",
+        "                for p in range(kc):",
+        "                    Ap[q, p, r] = A[i0 + i, p0 + p]",
+        "            else:",
+        "                for p in range(kc):",
+        "                    Ap[q, p, r] = ZERO",
+    ]
+
+
+def pack_b_source() -> list[str]:
+    return [
+        _jit(),
+        "def pack_b(B, p0, j0, kc, nc, Bp):",
+        '    """Copy B[p0:p0+kc, j0:j0+nc] into NR-column panels: Bp[q, p, c] = B[p0 + p, j0 + q*NR + c].',
+        "",
+        "    Columns past nc are zero; each panel is contiguous, read in order by the micro-kernel.",
+        '    """',
+        "    for p in range(kc):",
+        "        for q in range((nc + NR - 1) // NR):",
+        "            j = q * NR",
+        "            if j + NR <= nc:",
+        "                for c in range(NR):",
+        "                    Bp[q, p, c] = B[p0 + p, j0 + j + c]",
+        "            else:",
+        "                for c in range(NR):",
+        "                    Bp[q, p, c] = B[p0 + p, j0 + j + c] if j + c < nc else ZERO",
+    ]
+
+
+# -- edges ---------------------------------------------------------------------------------
+def edge_kernel_source(pack_a: bool, pack_b: bool, fastmath: bool) -> list[str]:
+    """Generic bounded loops for partial tiles of unpacked operands (always correct).
+
+    Row-axpy order (r, p, c): the inner loop walks a row of B and of C contiguously, so it
+    vectorises and streams. (Dot products over p walked B down a column, one cache line per
+    element: a 1023^3 GEMM spent 5x the whole tile work in its 31-column edge.)
+    """
+    return [
+        _jit(fastmath),
+        "def edge_kernel(AA, ai, BB, bj, p0, kc, C, ci, cj, mlen, nlen, first):",
+        '    """Partial tile (mlen < MR or nlen < NR) read from unpadded operands: row updates."""',
+        "    for r in range(mlen):",
+        "        if first:",
+        "            for c in range(nlen):",
+        "                C[ci + r, cj + c] = ZERO",
+        "        for p in range(kc):",
+        f"            a = {a_elem(pack_a, 'r', 'p')}",
+        "            for c in range(nlen):",
+        f"                C[ci + r, cj + c] += a * {b_elem(pack_b, 'p', 'c')}",
+    ]
+
+
+def store_acc_lines() -> list[str]:
+    """Store (first K block) or add the local tile ``acc`` into C; only mlen x nlen fit."""
+    return [
+        "if mlen == MR and nlen == NR:",
+        "    if first:",
+        "        for r in range(MR):",
+        "            for c in range(NR):",
+        "                C[ci + r, cj + c] = acc[r, c]",
+        "    else:",
+        "        for r in range(MR):",
+        "            for c in range(NR):",
+        "                C[ci + r, cj + c] += acc[r, c]",
+        "else:  # partial tile at the edge of C (operands are zero-padded panels)",
+        "    for r in range(mlen):",
+        "        for c in range(nlen):",
+        "            if first:",
+        "                C[ci + r, cj + c] = acc[r, c]",
+        "            else:",
+        "                C[ci + r, cj + c] += acc[r, c]",
+    ]
+
+
+# -- micro-kernels -------------------------------------------------------------------------
+def _k_loop(unroll: int, body) -> list[str]:
+    """A loop over p in [0, kc) with its body repeated ``unroll`` times, plus a remainder.
+
+    ``body(p_expr)`` returns the body lines (unindented) for K step ``p_expr``.
+    """
+    if unroll == 1:
+        return ["for p in range(kc):"] + ["    " + ln for ln in body("p")]
+    lines = [f"# K loop unrolled by {unroll}, then the remainder one step at a time",
+             f"for p in range(0, kc - {unroll - 1}, {unroll}):"]
+    for u in range(unroll):
+        lines += ["    " + ln for ln in body(f"p + {u}" if u else "p")]
+    lines += [f"for p in range(kc - kc % {unroll}, kc):"]
+    lines += ["    " + ln for ln in body("p")]
+    return lines
+
+
+def _indent(lines: list[str], n: int = 4) -> list[str]:
+    return [(" " * n + ln) if ln else ln for ln in lines]
+
+
+def micro_loops_source(pack_a: bool, pack_b: bool, fastmath: bool, unroll: int,
+                       write_cache: bool) -> list[str]:
+    head = [
+        _jit(fastmath),
+        "def micro_kernel(AA, ai, BB, bj, p0, kc, C, ci, cj, mlen, nlen, first):",
+    ]
+    if not write_cache:
+        doc = '    """C[ci:ci+MR, cj:cj+NR] += A-tile @ B-tile, accumulated straight into C (no write cache)."""'
+
+        def body(p):
+            return [f"for r in range(MR):",
+                    f"    a = {a_elem(pack_a, 'r', p)}",
+                    f"    for c in range(NR):",
+                    f"        C[ci + r, cj + c] += a * {b_elem(pack_b, p, 'c')}"]
+        return head + [doc] + _indent(_k_loop(unroll, body))
+
+    doc = '    """MR x NR tile of C accumulated in a local array (write cache), then stored once."""'
+
+    def body(p):
+        return [f"for r in range(MR):",
+                f"    a = {a_elem(pack_a, 'r', p)}",
+                f"    for c in range(NR):",
+                f"        acc[r, c] += a * {b_elem(pack_b, p, 'c')}"]
+    lines = ["acc = np.zeros((MR, NR), DTYPE)"] + _k_loop(unroll, body) + store_acc_lines()
+    return head + [doc] + _indent(lines)
+
+
+def micro_unrolled_source(mr: int, nr: int, pack_a: bool, pack_b: bool, fastmath: bool,
+                          unroll: int) -> list[str]:
+    head = [
+        _jit(fastmath),
+        "def micro_kernel(AA, ai, BB, bj, p0, kc, C, ci, cj, mlen, nlen, first):",
+        f'    """{mr} x {nr} tile of C in {mr * nr} scalar accumulators c_<row>_<col>, fully unrolled."""',
+    ]
+    acc = [[f"c_{r}_{c}" for c in range(nr)] for r in range(mr)]
+    lines = []
+    for r in range(mr):
+        lines.append(" = ".join(acc[r]) + " = ZERO")
+
+    def body(p):
+        out = [f"a_{r} = {a_elem(pack_a, str(r), p)}" for r in range(mr)]
+        out += [f"b_{c} = {b_elem(pack_b, p, str(c))}" for c in range(nr)]
+        for r in range(mr):
+            out += [f"{acc[r][c]} += a_{r} * b_{c}" for c in range(nr)]
+        return out
+    lines += _k_loop(unroll, body)
+    # Spill the accumulators to a small array once (cheap next to the K loop), then store.
+    lines += ["acc = np.empty((MR, NR), DTYPE)"]
+    for r in range(mr):
+        lines += [f"acc[{r}, {c}] = {acc[r][c]}" for c in range(nr)]
+    lines += store_acc_lines()
+    return head + _indent(lines)
+
+
+def micro_intrinsic_source(mr: int, nr: int, vec: int, unroll: int, pack_a: bool,
+                           pack_b: bool, write_cache: bool) -> list[str]:
+    """Explicit LLVM vectors: each row of the tile is NR/VEC vectors of VEC lanes.
+
+    With ``write_cache`` the MR x NR/VEC accumulators stay in registers for the whole K loop
+    and C is written once; without it every K step loads, updates and stores C.
+    """
+    nv = nr // vec
+    acc = [[f"c_{r}_{v}" for v in range(nv)] for r in range(mr)]
+    where = "registers" if write_cache else "C itself (no write cache)"
+    head = [
+        _jit(),
+        "def micro_kernel(AA, ai, BB, bj, p0, kc, C, ci, cj, mlen, nlen, first):",
+        f'    """{mr} x {nr} tile of C as {mr * nv} vectors of {vec} lanes, accumulated in {where}.',
+        "",
+        f"    Per K step: {nv} vector load(s) of a B row, {mr} broadcast(s) of A, {mr * nv} FMA(s).",
+        '    """',
+    ]
+    lines = []
+    if pack_a:
+        lines.append("a = ai * (TILE_K * MR)   # this A panel in the packed block (flat index)")
+    if pack_b:
+        lines.append("b = bj * (TILE_K * NR)   # this B panel")
+    if write_cache:
+        for r in range(mr):
+            lines.append(" = ".join(acc[r]) + f" = vsplat(ZERO, {vec})")
+
+    def body(p):
+        out = []
+        if pack_a:
+            out.append("pa = a + p * MR" if p == "p" else f"pa = a + ({p}) * MR")
+        if pack_b:
+            out.append("pb = b + p * NR" if p == "p" else f"pb = b + ({p}) * NR")
+        for v in range(nv):
+            src = (f"vload(BB, pb + {v * vec}, {vec})" if pack_b
+                   else f"vload2(BB, p0 + {p}, bj + {v * vec}, {vec})")
+            out.append(f"b_{v} = {src}")
+        for r in range(mr):
+            src = (f"vbroadcast(AA, pa + {r}, {vec})" if pack_a
+                   else f"vbroadcast2(AA, ai + {r}, p0 + {p}, {vec})")
+            out.append(f"a_{r} = {src}")
+            for v in range(nv):
+                if write_cache:
+                    out.append(f"{acc[r][v]} = vfma(a_{r}, b_{v}, {acc[r][v]})")
+                else:
+                    at = f"ci + {r}, cj + {v * vec}"
+                    out.append(f"vstore2(C, {at}, vfma(a_{r}, b_{v}, vload2(C, {at}, {vec})))")
+        return out
+    lines += _k_loop(unroll, body)
+    if not write_cache:
+        return head + _indent(lines)
+    lines += ["if mlen == MR and nlen == NR:", "    if first:"]
+    for r in range(mr):
+        lines += [f"        vstore2(C, ci + {r}, cj + {v * vec}, {acc[r][v]})" for v in range(nv)]
+    lines += ["    else:"]
+    for r in range(mr):
+        lines += [f"        vstore2(C, ci + {r}, cj + {v * vec}, vadd(vload2(C, ci + {r}, cj + {v * vec}, {vec}), {acc[r][v]}))"
+                  for v in range(nv)]
+    lines += ["else:  # partial tile at the edge of C: spill the registers, store what fits",
+              "    acc = np.empty((MR, NR), DTYPE)"]
+    for r in range(mr):
+        lines += [f"    vstore(acc, {r * nr + v * vec}, {acc[r][v]})" for v in range(nv)]
+    lines += store_acc_lines()[10:]   # the bounded store loops
+    return head + _indent(lines)
+
+
+# -- dispatch ------------------------------------------------------------------------------
+def extra_imports(c: dict) -> list[str]:
+    if c["microkernel"] == "intrinsic":
+        return ["from search_spaces.runtime.simd import (vadd, vbroadcast, vbroadcast2, vfma, vload, vload2, vsplat,",
+                "                                vstore, vstore2)"]
+    return []
+
+
+def micro_kernel_source(c: dict) -> list[str]:
+    kind = c["microkernel"]
+    fm = bool(c["fastmath"])
+    if kind == "loops":
+        return micro_loops_source(c["pack_a"], c["pack_b"], fm, c["unroll_k"], c["write_cache"])
+    if kind == "unrolled":
+        return micro_unrolled_source(c["mr"], c["nr"], c["pack_a"], c["pack_b"], fm, c["unroll_k"])
+    if kind == "intrinsic":
+        return micro_intrinsic_source(c["mr"], c["nr"], c["vec"], c["unroll_k"], c["pack_a"],
+                                      c["pack_b"], c["write_cache"])
+    raise InstantiationError(f"micro-kernel formulation {kind!r} is not implemented")

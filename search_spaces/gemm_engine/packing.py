@@ -1,0 +1,167 @@
+"""Packing functions of the dense/conv2d GEMM core (``search_spaces.gemm_engine.core``): copies of an
+operand block into the micro-kernel's panels, and the implicit im2col of an image.
+
+A panels: ``Ap[q*kc*MR + p*MR + r] = A[i0 + q*MR + r, p0 + p]`` (MR rows interleaved);
+B panels: ``Bp[q*kc*NR + p*NR + c] = B[p0 + p, j0 + q*NR + c]`` (NR columns per step), with
+rows/columns past the block's edge zero, so the micro-kernel always computes a full tile.
+Copies are spelled with ``search_spaces.runtime.simd`` vectors where the layout allows (the loop
+vectoriser cannot prove the source and the panel buffer apart, and leaves scalar copies).
+"""
+from __future__ import annotations
+
+
+def _jit() -> str:
+    return "@numba.njit(cache=True)"
+
+
+def pack_a_source(src: str) -> list[str]:
+    head = [_jit(), "def pack_a(A, a_base, i0, p0, mc, kc, Ap):",
+            '    """Ap[q*kc*MR + p*MR + r] = A[i0 + q*MR + r, p0 + p]; rows past mc are zero."""']
+    if src == "pack":
+        return head + [
+            "    for q in range((mc + MR - 1) // MR):",
+            "        base = q * kc * MR",
+            "        for r in range(MR):",
+            "            i = q * MR + r",
+            "            if i < mc:",
+            "                src = a_base + (i0 + i) * K + p0",
+            "                for p in range(kc):",
+            "                    Ap[base + p * MR + r] = A[src + p]",
+            "            else:",
+            "                for p in range(kc):",
+            "                    Ap[base + p * MR + r] = ZERO",
+        ]
+    assert src == "im2col_nhwc"
+    return head + [
+        "    # A is the implicit im2col matrix of an NHWC image: row = output pixel (n, oh, ow),",
+        "    # column = (kh, kw, ci); runs of consecutive ci are contiguous in the image.",
+        "    for q in range((mc + MR - 1) // MR):",
+        "        base = q * kc * MR",
+        "        for r in range(MR):",
+        "            i = q * MR + r",
+        "            if i >= mc:",
+        "                for p in range(kc):",
+        "                    Ap[base + p * MR + r] = ZERO",
+        "                continue",
+        "            pix = i0 + i",
+        "            n = pix // (OH * OW)",
+        "            rem = pix - n * (OH * OW)",
+        "            oh = rem // OW",
+        "            ow = rem - oh * OW",
+        "            ih0 = oh * SH - PT",
+        "            iw0 = ow * SW - PL",
+        "            kk = p0",
+        "            while kk < p0 + kc:",
+        "                kh = kk // (KW * CI)",
+        "                rem2 = kk - kh * (KW * CI)",
+        "                kw = rem2 // CI",
+        "                ci = rem2 - kw * CI",
+        "                run = min(CI - ci, p0 + kc - kk)",
+        "                ih = ih0 + kh * DH",
+        "                iw = iw0 + kw * DW",
+        "                dst = base + (kk - p0) * MR + r",
+        "                if 0 <= ih < H and 0 <= iw < W:",
+        "                    src = ((n * H + ih) * W + iw) * CI + ci",
+        "                    for t in range(run):",
+        "                        Ap[dst + t * MR] = A[src + t]",
+        "                else:",
+        "                    for t in range(run):",
+        "                        Ap[dst + t * MR] = ZERO",
+        "                kk += run",
+    ]
+
+
+def pack_b_source(src: str, sw: int = 1, nr: int = 16, vec: int = 16) -> list[str]:
+    head = [_jit(), "def pack_b(B, b_base, p0, j0, kc, nc, Bp):",
+            '    """Bp[q*kc*NR + p*NR + c] = B[p0 + p, j0 + q*NR + c]; columns past nc are zero."""']
+    if src == "pack":
+        return head + [
+            "    # Vector copies (the loop vectoriser cannot prove B and Bp apart); the last panel's",
+            "    # columns past nc are masked loads that read nothing and give zeros.",
+            "    for p in range(kc):",
+            "        row = b_base + (p0 + p) * N + j0",
+            "        for q in range((nc + NR - 1) // NR):",
+            "            dst = q * kc * NR + p * NR",
+            "            j = q * NR",
+            "            if j + NR <= nc:",
+        ] + [f"                vstore(Bp, dst + {v}, vload(B, row + j + {v}, VEC))" for v in range(0, nr, vec)] + [
+            "            else:",
+        ] + [f"                vstore(Bp, dst + {v}, vload_n(B, row + j + {v}, nc - j - {v}, VEC))"
+             for v in range(0, nr, vec)]
+    if src == "pack_t":
+        return head + [
+            "    # B = W^T of a row-major [N, K] weight: each panel column is a contiguous W row.",
+            "    for q in range((nc + NR - 1) // NR):",
+            "        base = q * kc * NR",
+            "        for c in range(NR):",
+            "            j = q * NR + c",
+            "            if j < nc:",
+            "                src = b_base + (j0 + j) * K + p0",
+            "                for p in range(kc):",
+            "                    Bp[base + p * NR + c] = B[src + p]",
+            "            else:",
+            "                for p in range(kc):",
+            "                    Bp[base + p * NR + c] = ZERO",
+        ]
+    assert src == "im2col_nchw"
+    return head + [
+        "    # B is the implicit im2col matrix of one NCHW image: row = (ci, kh, kw), column =",
+        "    # output pixel (oh, ow). Each of the kc rows is built in ROW, one output-image row",
+        "    # segment at a time, in whole vectors: zeros where the window is in the padding, masked",
+        "    # vector loads over the interior (even lanes of two loads when SW == 2); a vector that",
+        "    # runs past its segment spills zeros the next segment overwrites (ROW has VEC slack).",
+        "    # Then ROW goes to the panels NR at a time.",
+        "    nq = (nc + NR - 1) // NR",
+        "    ROW = np.zeros(nq * NR + VEC, DTYPE)   # columns past nc stay zero",
+        "    zero = vsplat(ZERO, VEC)",
+        "    oh_first = j0 // OW",
+        "    ow_first = j0 - oh_first * OW",
+        "    for p in range(kc):",
+        "        kk = p0 + p",
+        "        ci = kk // (KH * KW)",
+        "        rem = kk - ci * (KH * KW)",
+        "        kh = rem // KW",
+        "        kw = rem - kh * KW",
+        "        plane = b_base + ci * (H * W)",
+        "        off = kw * DW - PL   # input column of output column ow: ow * SW + off",
+        "        lo = max(0, (SW - 1 - off) // SW)   # first ow with ow * SW + off >= 0",
+        "        hi = min(OW, (W - off + SW - 1) // SW)   # first ow with ow * SW + off >= W",
+        "        t = 0",
+        "        oh, ow = oh_first, ow_first",
+        "        while t < nc:",
+        "            seg = min(OW - ow, nc - t)   # columns of this output row in the block",
+        "            end = ow + seg",
+        "            ih = oh * SH - PT + kh * DH",
+        "            a, b = ow, ow   # interior [a, b): padding before and after",
+        "            if 0 <= ih < H:",
+        "                a = min(max(lo, ow), end)",
+        "                b = max(min(hi, end), a)",
+        "            d = t - ow   # ROW index of output column u is d + u",
+        "            u = ow",
+        "            while u < a:",
+        "                vstore(ROW, d + u, zero)",
+        "                u += VEC",
+        "            src = plane + ih * W + off",
+        "            u = a",
+    ] + ([
+        "            while u < b:",
+        "                vstore(ROW, d + u, vload_n(B, src + u, b - u, VEC))",
+        "                u += VEC",
+    ] if sw == 1 else [
+        "            while u < b:",
+        "                vstore(ROW, d + u, vload_s2(B, src + u * 2, b - u, VEC))",
+        "                u += VEC",
+    ] if sw == 2 else [
+        "            for x in range(a, b):",
+        "                ROW[d + x] = B[src + x * SW]",
+    ]) + [
+        "            u = b",
+        "            while u < end:",
+        "                vstore(ROW, d + u, zero)",
+        "                u += VEC",
+        "            t += seg",
+        "            oh += 1",
+        "            ow = 0",
+        "        for q in range(nq):",
+        "            dst = q * kc * NR + p * NR",
+    ] + [f"            vstore(Bp, dst + {v}, vload(ROW, q * NR + {v}, VEC))" for v in range(0, nr, vec)]

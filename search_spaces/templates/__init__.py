@@ -1,0 +1,1 @@
+"""The built-in templates: one module per template family (registered in ``search_spaces``)."""

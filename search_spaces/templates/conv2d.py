@@ -1,0 +1,243 @@
+"""conv2d template: a convolution with its fused epilogue as an (implicit) GEMM.
+
+Formulations, decided by the layout the graph has and by the knobs:
+
+- NHWC data, HWIO weights (the O3 pipeline): ``out[N*OH*OW, O] = im2col(x)[P, K] @ W[K, O]``
+  with K = KH*KW*C. A is packed straight from the image (implicit im2col, ``pack_a`` forced)
+  except for a 1x1/stride-1/unpadded conv, where the image *is* A (``pack_a`` free). The
+  weights are B, read in place (``pack_b=False``: no per-call copy of the weights) or packed
+  into NR-column panels (``pack_b=True``).
+- NCHW data, OIHW weights (O2, the default): per image ``out[O, OH*OW] = W[O, K] @
+  im2col(x)[K, P]`` with K = C*KH*KW. The weights are A (in place or packed), the image is B,
+  packed by implicit im2col (forced) except for a 1x1/stride-1/unpadded conv.
+
+Both feed the register-tiled LLVM-vector micro-kernel of ``search_spaces.gemm_engine.core`` (the GEMM
+template's formulation) and apply the epilogue (bias, scale/shift, residual, relu/clip...) to
+each output tile while it is in L1. Knobs: cache tiles, micro-tile (mr, nr, vec), loop order,
+packing, parallel axis and threads.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+
+from search_spaces.gemm_engine import core
+from search_spaces.epilogue import Epilogue
+from search_spaces.space import Config, ConfigSpace, Constraint, Knob
+from search_spaces.template import Template
+from tuner.errors import InstantiationError
+
+LOOP_ORDERS = tuple("".join(p) for p in itertools.permutations("mnk"))
+MAX_ACC_REGISTERS = 28
+
+
+def tile_values(dim: int, start: int = 16) -> tuple[int, ...]:
+    """Powers of two and 1.5x powers of two from ``start``, up to the first covering ``dim``."""
+    out: list[int] = []
+    v = start
+    while True:
+        for t in (v, v * 3 // 2):
+            if t not in out:
+                out.append(t)
+                if t >= dim:
+                    return tuple(out)
+        v *= 2
+
+
+def pick(values, want: int) -> int:
+    return min(values, key=lambda v: (abs(v - want), v))
+
+
+def best_nr(n: int, choices=(16, 32, 48), threshold: float = 1.125) -> int:
+    """The widest register tile whose zero padding of the N edge wastes at most ``threshold``."""
+    def waste(nr):
+        return -(-n // nr) * nr / n
+    ok = [nr for nr in choices if waste(nr) <= threshold]
+    return max(ok) if ok else min(choices, key=waste)
+
+
+def gemm_knobs(M: int, N: int, K: int, max_threads: int, pack_a: tuple, pack_b: tuple) -> list[Knob]:
+    return [
+        Knob("tile_m", tile_values(M), True, "rows of C per cache block"),
+        Knob("tile_n", tile_values(N), True, "columns of C per cache block"),
+        Knob("tile_k", tile_values(K), True, "K depth per cache block"),
+        Knob("mr", (4, 6, 8), True, "rows of the register micro-tile"),
+        Knob("nr", (16, 32, 48), True, "columns of the register micro-tile"),
+        Knob("vec", (8, 16), True, "vector lanes (ymm/zmm)"),
+        Knob("loop_order", LOOP_ORDERS, False, "order of the block loops, outermost first"),
+        Knob("pack_a", pack_a, False, "copy A blocks into MR-row panels"),
+        Knob("pack_b", pack_b, False, "copy B blocks into NR-column panels"),
+        Knob("parallel", ("none", "m", "n"), False, "block loop run with numba.prange"),
+        Knob("threads", tuple(range(1, max(1, max_threads) + 1)), True, "Numba threads"),
+    ]
+
+
+def gemm_constraints(M: int, N: int) -> list[Constraint]:
+    def micro(c):
+        if c["nr"] % c["vec"]:
+            return f"nr={c['nr']} is not a multiple of vec={c['vec']}"
+        acc = c["mr"] * c["nr"] // c["vec"]
+        if acc > MAX_ACC_REGISTERS:
+            return f"{acc} accumulator registers > {MAX_ACC_REGISTERS}"
+        return None
+
+    def tiles(c):
+        if c["tile_m"] % c["mr"] and c["tile_m"] < M:
+            return f"tile_m={c['tile_m']} is not a multiple of mr={c['mr']}"
+        if c["tile_n"] % c["nr"] and c["tile_n"] < N:
+            return f"tile_n={c['tile_n']} is not a multiple of nr={c['nr']}"
+        return None
+
+    def threads(c):
+        if (c["threads"] > 1) != (c["parallel"] != "none"):
+            return "threads > 1 exactly when parallel != 'none'"
+        return None
+
+    return [Constraint("micro_tile", micro), Constraint("tiles_fit_micro", tiles),
+            Constraint("threads", threads)]
+
+
+def default_gemm_config(space: ConfigSpace, M: int, N: int, K: int, max_threads: int,
+                        pack_a: bool, pack_b: bool, nr: int | None = None,
+                        mr: int | None = None) -> Config:
+    nr = nr or best_nr(N)
+    mr = mr or (6 if nr <= 32 else 4)
+    vec = 16
+    cfg = {"tile_m": pick(space.knob("tile_m").values, 96),
+           "tile_n": pick(space.knob("tile_n").values, 256 if nr != 48 else 288),
+           "tile_k": pick(space.knob("tile_k").values, K if K <= 1024 else 512),
+           "mr": mr, "nr": nr, "vec": vec, "loop_order": "nkm",
+           "pack_a": pack_a, "pack_b": pack_b,
+           "parallel": "none", "threads": 1}
+    if max_threads > 1:
+        cfg["parallel"], cfg["threads"] = ("n" if N >= 2 * cfg["tile_n"] else "m"), max_threads
+    return repair(space, cfg)
+
+
+def repair(space: ConfigSpace, cfg: dict) -> Config:
+    cfg = dict(cfg)
+    for _ in range(64):
+        reason = space.violation(cfg)
+        if reason is None:
+            return Config(cfg)
+        if reason.startswith("tiles_fit_micro"):
+            for knob, micro in (("tile_m", "mr"), ("tile_n", "nr")):
+                vals = space.knob(knob).values
+                ok = [v for v in vals if v % cfg[micro] == 0 or v == vals[-1]]
+                if cfg[knob] not in ok:
+                    cfg[knob] = min(ok, key=lambda v: (abs(v - cfg[knob]), v))
+        elif reason.startswith("micro_tile"):
+            cfg["mr"] = 4
+        else:
+            raise InstantiationError(f"cannot repair config {cfg}: {reason}")
+    raise InstantiationError(f"cannot repair config {cfg}")
+
+
+class Conv2dTemplate(Template):
+    name = "conv2d"
+    version = 3
+    workload_kind = "conv2d"
+    entry = "kernel"
+
+    # -- shape of the GEMM -------------------------------------------------------------------
+    @staticmethod
+    def plan(w) -> dict:
+        g = w.geometry
+        pointwise = (g["KH"] == g["KW"] == 1 and g["SH"] == g["SW"] == 1
+                     and g["PT"] == g["PL"] == 0 and g["OH"] == g["H"] and g["OW"] == g["W"])
+        if g["data_layout"] == "NHWC" and g["kernel_layout"] == "HWIO":
+            return {"layout": "NHWC", "M": g["N"] * g["OH"] * g["OW"], "N": g["O"],
+                    "K": g["KH"] * g["KW"] * g["C"], "batches": 1,
+                    "a": "direct" if pointwise else "im2col_nhwc", "b": "direct",
+                    "rows": (0, 1, 2), "cols": (3,), "pointwise": pointwise}
+        if g["data_layout"] == "NCHW" and g["kernel_layout"] == "OIHW":
+            return {"layout": "NCHW", "M": g["O"], "N": g["OH"] * g["OW"],
+                    "K": g["C"] * g["KH"] * g["KW"], "batches": g["N"],
+                    "a": "direct", "b": "direct" if pointwise else "im2col_nchw",
+                    "rows": (1,), "cols": (2, 3), "pointwise": pointwise}
+        raise InstantiationError(f"conv2d layouts {g['data_layout']}/{g['kernel_layout']} are not "
+                                 "generated (NHWC/HWIO or NCHW/OIHW)")
+
+    def space(self, workload, max_threads: int = 1) -> ConfigSpace:
+        pl = self.plan(workload)
+        pack_a = (True,) if pl["a"] != "direct" else (False, True)
+        pack_b = (True,) if pl["b"] != "direct" else (False, True)
+        return ConfigSpace(gemm_knobs(pl["M"], pl["N"], pl["K"], max_threads, pack_a, pack_b),
+                           gemm_constraints(pl["M"], pl["N"]))
+
+    def default_config(self, workload, max_threads: int = 1) -> Config:
+        pl = self.plan(workload)
+        sp = self.space(workload, max_threads)
+        if pl["layout"] == "NHWC":
+            # Pack the weights only when the image is large enough to amortise the copy.
+            pack_a = pl["a"] != "direct" or pl["K"] > 256
+            pack_b = pl["M"] >= 1024
+        else:
+            # Measured (ResNet-50 shapes, 1 thread, CPU time beside BLAS, v2): the weights
+            # read in place are never slower than packed per call (and 15% faster at
+            # M256 N196 K2304); an 8 x 32 micro-tile beats 6 x 16 at N = 196 (0.90x vs
+            # 0.74x of BLAS), so the 32-wide tile is taken up to 15% N padding, with 8 rows.
+            # v3 (vector packing): the image packed is faster for pointwise convs at every N
+            # too (N = 3136: 1.44 -> 1.11 ms at K=64 with a residual, 2.42 -> 2.10 ms at
+            # K=256; no scalar edge tiles), so B is always packed.
+            pack_a = False
+            pack_b = True
+            # An MR that divides M (the weights are read in place: a partial tile would be the
+            # scalar edge kernel); 8 rows up to NR = 32 (N = 49, 16-wide tiles: 8 rows 2.88 ms,
+            # 6 rows 3.11 ms at K = 4608).
+            # v3, paired runs: below N = 1024 an 8 x 16 tile beats 8 x 32 / 4 x 48 (N = 196:
+            # 4-9%, N = 784: 2-5%, N = 169/729: 2-3%); at N = 3136 it loses 10% to 4 x 48.
+            nr = 16 if pl["N"] < 1024 else best_nr(pl["N"], threshold=1.15)
+            rows = (8, 6, 4) if nr <= 32 else (4, 6, 8)
+            mr = next((r for r in rows if pl["M"] % r == 0), rows[0])
+            cfg = default_gemm_config(sp, pl["M"], pl["N"], pl["K"], max_threads, pack_a,
+                                      pack_b, nr=nr, mr=mr)
+            # One K block up to K = 1536 (no second pass over the output; paired runs: the
+            # stem K=147 2.70 -> 2.54 ms, K=576 -2.5%, K=864/1152 -3 to -5%; at K=2304 three
+            # or five blocks are equal).
+            ks = [v for v in sp.knob("tile_k").values if v >= pl["K"]]
+            return cfg.replace(tile_k=ks[0]) if ks and pl["K"] <= 1536 else cfg
+        return default_gemm_config(sp, pl["M"], pl["N"], pl["K"], max_threads, pack_a, pack_b)
+
+    def domain_features(self, params, config, caches=None) -> dict:
+        from search_spaces.templates.features import conv2d_features
+
+        return conv2d_features(params, config, caches)
+
+    def codegen(self, workload, config: Config) -> str:
+        w = workload
+        c = dict(config)
+        self.space(w, max(int(c.get("threads", 1)), 1)).validate(config)
+        pl = self.plan(w)
+        g = w.geometry
+        x_idx, w_idx = w.p["anchor_inputs"]
+        epi = Epilogue(w.epilogue, w.out_shape, w.dtype, pl["rows"], pl["cols"])
+        a_src = pl["a"] if pl["a"] != "direct" else ("pack" if c["pack_a"] else "direct")
+        b_src = pl["b"] if pl["b"] != "direct" else ("pack" if c["pack_b"] else "direct")
+        M, N, K = pl["M"], pl["N"], pl["K"]
+        geo = [f"H, W, CI = {g['H']}, {g['W']}, {g['C']}   # input image",
+               f"KH, KW, OH, OW = {g['KH']}, {g['KW']}, {g['OH']}, {g['OW']}",
+               f"SH, SW, PT, PL, DH, DW = {g['SH']}, {g['SW']}, {g['PT']}, {g['PL']}, {g['DH']}, {g['DW']}"]
+        head = [f'"""conv2d {g["data_layout"]}/{g["kernel_layout"]} {w.summary()}: '
+                f'{list(w.input_specs()[x_idx][0])} * {list(w.input_specs()[w_idx][0])} -> {list(w.out_shape)}.',
+                "",
+                f"Generated by search_spaces.templates.conv2d (template conv2d, version {self.version}) from",
+                f"    {json.dumps(dict(sorted(c.items())), separators=(', ', ': '))}",
+                f"GEMM per image: M={M}, N={N}, K={K}; A = {a_src}, B = {b_src}; "
+                f"epilogue on each tile: {epi.describe()}.",
+                '"""'] + core.IMPORTS
+        parts = [head, geo] + core.module_parts(M, N, K, w.dtype, c, a_src, b_src, epi, g["SW"])
+        n_params = len(w.input_specs())
+        params = ", ".join(f"p{k}" for k in range(n_params))
+        kern = ["@numba.njit(cache=True)", f"def kernel({params}, out):",
+                '    """Every element of out is written (inputs C-contiguous)."""']
+        body = epi.prep_lines()
+        body += [f"X = p{x_idx}.reshape(-1)", f"Wt = p{w_idx}.reshape(-1)", "Cf = out.reshape(-1)"]
+        if pl["layout"] == "NHWC":
+            body.append(f"gemm_core(X, 0, Wt, 0, Cf, 0, {epi.args()})")
+        else:
+            body += [f"for n in range({pl['batches']}):",
+                     f"    gemm_core(Wt, 0, X, n * (CI * H * W), Cf, n * (M * N), {epi.args()})"]
+        kern += ["    " + ln for ln in body]
+        parts.append(kern)
+        return "\n\n\n".join("\n".join(p) for p in parts) + "\n"

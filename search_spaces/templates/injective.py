@@ -1,0 +1,171 @@
+"""injective template: elementwise / broadcast / data-movement groups as one kernel.
+
+Formulations (knob ``formulation``):
+
+- ``loops``: (groups of elementwise and broadcast ops only, chains or DAGs) one loop nest over
+  the output; every member op is a scalar expression of the element, each parameter read
+  through its broadcast strides (0 on broadcast dims), so nothing is materialised and the
+  inner loop vectorises. ``parallel`` runs the outermost loop with ``prange``.
+- ``numpy``: every member op as a NumPy array expression compiled by Numba (reshape,
+  transpose/layout_transform, concatenate, expand_dims, squeeze, flatten, constant_of_shape,
+  and the elementwise ops); always available, materialises intermediates.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+from search_spaces.epilogue import DTYPE_SRC, ELEMENTWISE_OPS, effective_shape, scalar_op
+from search_spaces.space import Config, ConfigSpace, Constraint, Knob
+from search_spaces.template import Template
+from tuner.errors import InstantiationError
+
+
+def _body_nodes(w):
+    body = w.body
+    params = {n.name: k for k, n in enumerate(body.inputs)}
+    return body, params, [n for n in body.nodes if n.is_compute]
+
+
+def loops_ok(w) -> bool:
+    """Every member op elementwise/broadcast (and a bias_add's bias a parameter)."""
+    body, params, ops = _body_nodes(w)
+    for n in ops:
+        if n.op not in ELEMENTWISE_OPS:
+            return False
+        if n.op == "divide" and not w.dtype.startswith("float"):
+            return False
+        if n.op == "bias_add" and n.inputs[1] not in params:
+            return False
+    return True
+
+
+def _array_op(n, args: list[str], types) -> str:
+    op, a = n.op, n.attrs
+    shape = tuple(n.type.shape)
+    shp = "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+    if op in ("add", "subtract", "multiply", "divide"):
+        if op == "divide" and not n.type.dtype.startswith("float"):
+            raise InstantiationError("integer divide is not generated (NumPy runs it)")
+        sym = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/"}[op]
+        return f"({args[0]} {sym} {args[1]})"
+    if op in ("maximum", "minimum"):
+        return f"np.{op}({args[0]}, {args[1]})"
+    if op == "bias_add":
+        rank = len(shape)
+        ch = effective_shape({"op": "bias_add", "attrs": dict(a)}, 1, list(types[1].shape), rank)
+        return f"({args[0]} + {args[1]}.reshape({tuple(ch)}))"
+    if op == "relu":
+        return f"np.maximum({args[0]}, ZERO)"
+    if op == "clip":
+        return f"np.minimum(np.maximum({args[0]}, DTYPE({a['a_min']!r})), DTYPE({a['a_max']!r}))"
+    if op in ("sigmoid", "tanh", "sqrt", "exp", "negative", "dropout"):
+        if op == "sigmoid":
+            return f"(DTYPE(0.5) * (np.tanh(DTYPE(0.5) * {args[0]}) + DTYPE(1.0)))"
+        if op == "negative":
+            return f"(-{args[0]})"
+        if op == "dropout":
+            return args[0]
+        return f"np.{op}({args[0]})"
+    if op in ("reshape", "flatten", "expand_dims", "squeeze"):
+        return f"np.ascontiguousarray({args[0]}).reshape({shp})"
+    if op in ("transpose", "layout_transform"):
+        if op == "transpose":
+            axes = a["axes"] if a["axes"] is not None else tuple(reversed(range(types[0].rank)))
+            axes = tuple(x % types[0].rank for x in axes)
+        else:
+            axes = tuple(a["src_layout"].index(ch) for ch in a["dst_layout"])
+        return f"np.transpose({args[0]}, {tuple(axes)})"
+    if op == "concatenate":
+        return f"np.concatenate(({', '.join(args)},), axis={a['axis'] % len(shape)})"
+    if op == "constant_of_shape":
+        return f"np.full({shp}, {DTYPE_SRC[a['dtype']]}({a['value']!r}))"
+    raise InstantiationError(f"op {op!r} has no generated code")
+
+
+class InjectiveTemplate(Template):
+    name = "injective"
+    version = 1
+    workload_kind = "injective"
+    entry = "kernel"
+
+    def space(self, workload, max_threads: int = 1) -> ConfigSpace:
+        forms = ("loops", "numpy") if loops_ok(workload) else ("numpy",)
+        knobs = [Knob("formulation", forms, False, "one scalar loop nest, or NumPy array code"),
+                 Knob("threads", tuple(range(1, max(1, max_threads) + 1)), True,
+                      "Numba threads (loops: prange over the outermost dimension)")]
+
+        def threads(c):
+            if c["threads"] > 1 and c["formulation"] != "loops":
+                return "only the loops formulation runs in parallel"
+            return None
+        return ConfigSpace(knobs, [Constraint("threads", threads)])
+
+    def default_config(self, workload, max_threads: int = 1) -> Config:
+        return Config({"formulation": self.space(workload).knob("formulation").values[0], "threads": 1})
+
+    def codegen(self, workload, config: Config) -> str:
+        w = workload
+        c = dict(config)
+        self.space(w, max(int(c.get("threads", 1)), 1)).validate(config)
+        body, params, ops = _body_nodes(w)
+        nparams = len(w.input_specs())
+        head = [f'"""injective group {" -> ".join(n.op for n in ops)}: -> {list(w.out_shape)} {w.dtype}.',
+                "",
+                f"Generated by search_spaces.templates.injective (version {self.version}) from "
+                f"{json.dumps(dict(sorted(c.items())))}",
+                '"""', "import numba", "import numpy as np", "from numba import prange", "",
+                f"DTYPE = {DTYPE_SRC[w.dtype]}", "ZERO = DTYPE(0)"]
+        sig = ", ".join([f"p{k}" for k in range(nparams)] + ["out"])
+        names = {p.name: f"p{k}" for k, p in enumerate(body.inputs)}
+        if c["formulation"] == "numpy":
+            lines = []
+            for k, n in enumerate(ops):
+                types = [body.type_of(i) for i in n.inputs]
+                names[n.name] = f"t{k}"
+                lines.append(f"t{k} = {_array_op(n, [names[i] for i in n.inputs], types)}   # {n.op}")
+            res = names[body.outputs[0]]
+            lines.append(f"out.reshape(-1)[:] = np.ascontiguousarray({res}).reshape(-1)")
+            kern = ["@numba.njit(cache=True)", f"def kernel({sig}):"] + ["    " + ln for ln in lines]
+            return "\n".join(head) + "\n\n\n" + "\n".join(kern) + "\n"
+        return "\n".join(head) + "\n\n\n" + "\n".join(self._loops(w, body, ops, c, sig)) + "\n"
+
+    def _loops(self, w, body, ops, c, sig: str) -> list[str]:
+        params = {p.name: k for k, p in enumerate(body.inputs)}
+        shape = tuple(w.out_shape) or (1,)
+        rank = len(shape)
+        idx = [f"i{d}" for d in range(rank)]
+
+        def index_of(t_shape) -> str:
+            t_shape = (1,) * (rank - len(t_shape)) + tuple(t_shape)
+            strides, s = [], 1
+            for d in reversed(range(rank)):
+                strides.append(0 if t_shape[d] == 1 else s)
+                s *= t_shape[d]
+            strides.reverse()
+            terms = [f"{i} * {st}" if st != 1 else i for i, st in zip(idx, strides) if st]
+            return " + ".join(terms) or "0"
+
+        lines = [f"e{k} = p{k}.reshape(-1)" for k in range(len(body.inputs))]
+        lines.append("Cf = out.reshape(-1)")
+        par = c["threads"] > 1
+        ind = ""
+        for d in range(rank):
+            rng = f"prange({shape[d]})" if d == 0 and par else f"range({shape[d]})"
+            lines.append(f"{ind}for {idx[d]} in {rng}:")
+            ind += "    "
+        names: dict[str, str] = {}
+        for k, p in enumerate(body.inputs):
+            names[p.name] = f"e{k}[{index_of(p.type.shape)}]"
+        for k, n in enumerate(ops):
+            args = [names[i] for i in n.inputs]
+            if n.op == "bias_add":
+                ch = effective_shape({"op": "bias_add", "attrs": dict(n.attrs)}, 1,
+                                     list(body.type_of(n.inputs[1]).shape), rank)
+                args[1] = f"e{params[n.inputs[1]]}[{index_of(ch)}]"
+            lines.append(f"{ind}t{k} = {scalar_op(n.op, dict(n.attrs), args, w.dtype)}   # {n.op}")
+            names[n.name] = f"t{k}"
+        lines.append(f"{ind}Cf[{index_of(shape)}] = {names[body.outputs[0]]}")
+        jit = "@numba.njit(cache=True, fastmath=True" + (", parallel=True)" if par else ")")
+        doc = f'    """One loop nest over {list(shape)}; parameters read through broadcast strides."""'
+        return [jit, f"def kernel({sig}):", doc] + ["    " + ln for ln in lines]

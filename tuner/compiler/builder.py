@@ -1,0 +1,314 @@
+"""``build(graph) -> Module``: passes, one kernel per fused group, a memory plan, a warm-up.
+
+For each fused group, in order:
+
+1. a group that only reshapes (reshape/flatten/squeeze/expand_dims) becomes a *view* of its
+   input's buffer: no kernel, no copy; a group that only concatenates along an axis whose
+   slices are contiguous (channels at batch 1) is computed *in place*: each input's kernel
+   writes straight into its slice of the output buffer (``inplace_concat``);
+2. otherwise ``workloads.fused.workload_for_group`` gives its workload and
+   ``search_spaces.templates_for(kind)[0]`` its template; the config is the best record for
+   this target and thread count (``select_config``: "tuned"), or the announced fallback
+   ("fallback"); ``fixed`` kernels (pools, softmax, LRN) have one config ("fixed");
+   ``tuned=False`` uses every template's default (the untuned experiment);
+3. when the workload or the code cannot be made (an op no template generates) or the kernel
+   does not compile, the group runs with the NumPy reference executor ("numpy") — counted in
+   the summary and explained by ``--details``, never silent.
+
+Kernels are generated to content-addressed files and compiled by Numba in parallel worker
+processes (``jobs``; the same build workers the tuner uses, so a kernel a tuning run built is
+not compiled again), then loaded in this process from Numba's on-disk cache. The memory plan
+(``tuner.compiler.planner``) gives every intermediate value a slice of a reused buffer; every
+kernel's argument tuple is bound once. A warm-up run at the end loads every kernel.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tuner import settings
+from tuner.compiler.module import Module, Step, Summary
+from tuner.compiler.planner import plan_memory
+from tuner.errors import NoRecordError, TunerError, UsageError
+from tuner.dispatch import align_numba_cache
+from workloads.graph.ir import Graph, Node
+
+VIEW_OPS = frozenset({"reshape", "flatten", "squeeze", "expand_dims"})
+
+
+@dataclass
+class _Kernel:
+    """What step 2 decided for one group before compiling."""
+
+    node: Node
+    kind: str
+    source: str
+    label: str
+    workload: object | None = None
+    template: object | None = None
+    config: object | None = None
+    path: Path | None = None
+    note: str = ""
+
+
+def _label(node: Node) -> str:
+    from workloads.graph.fusion import describe
+
+    try:
+        return describe(node).summary()
+    except TunerError:
+        return node.body.name if node.body is not None else node.op
+
+
+def _is_view(node: Node) -> bool:
+    body = node.body
+    ops = [n for n in body.nodes if n.is_compute]
+    return bool(ops) and len(body.inputs) == 1 and all(n.op in VIEW_OPS for n in ops)
+
+
+def _concat_slots(node: Node, kinds: dict[str, str]) -> list[tuple[str, int]] | None:
+    """(input value, element offset) for a group that is one ``concatenate`` whose inputs can
+    all be written in place: contiguous slices, distinct inputs, each computed by a kernel or
+    another in-place concat and not already placed elsewhere. None otherwise."""
+    body = node.body
+    ops = [n for n in body.nodes if n.is_compute]
+    if len(ops) != 1 or ops[0].op != "concatenate":
+        return None
+    cat = ops[0]
+    pidx = {p.name: k for k, p in enumerate(body.inputs)}
+    if any(i not in pidx for i in cat.inputs):
+        return None
+    outer = [node.inputs[pidx[i]] for i in cat.inputs]
+    shape = node.type.shape
+    axis = cat.attrs["axis"] % len(shape)
+    if int(np.prod(shape[:axis])) != 1 or len(set(outer)) != len(outer):
+        return None
+    if any(kinds.get(v) not in ("kernel", "concat") for v in outer):
+        return None
+    slots, off = [], 0
+    for v, p in zip(outer, cat.inputs):
+        slots.append((v, off))
+        off += body.type_of(p).size
+    return slots
+
+
+def _plan_kernel(node: Node, *, threads: int, store, strict: bool, tuned: bool) -> _Kernel:
+    from search_spaces import get_template, templates_for
+    from tuner.dispatch import select_config
+    from tuner.measure.measurer import write_source
+    from workloads.fused import workload_for_group
+
+    label = _label(node)
+    try:
+        w = workload_for_group(node)
+    except Exception as exc:  # noqa: BLE001 - any failure here means "run it with NumPy"
+        return _Kernel(node, "numpy", "numpy", label, note=f"no workload: {_one_line(exc)}")
+    try:
+        names = templates_for(w.kind)
+        if not names:
+            raise UsageError(f"no template for workload kind {w.kind!r}")
+        tpl = names[0] if not isinstance(names[0], str) else get_template(names[0])
+        if not tpl.tunable:
+            config, source, note = tpl.default_config(w, threads), "fixed", ""
+        elif tuned:
+            sel = select_config(w, tpl, store, threads=threads, strict=strict, quiet=True)
+            config, source, note = sel.config, sel.source, sel.note
+        else:
+            config, source, note = tpl.default_config(w, threads), "fallback", "untuned build"
+        path = write_source(tpl.codegen(w, config))
+    except NoRecordError:
+        raise                                     # --strict: a fallback is an error
+    except TunerError as exc:
+        return _Kernel(node, w.kind, "numpy", label, w, note=f"no kernel: {_one_line(exc)}")
+    except Exception as exc:  # noqa: BLE001 - a codegen bug: visible NumPy fallback
+        return _Kernel(node, w.kind, "numpy", label, w, note=f"codegen failed: {_one_line(exc)}")
+    return _Kernel(node, w.kind, source, label, w, tpl, config, path, note)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:300]
+
+
+def _cached(path: Path, cache: Path) -> bool:
+    return bool(glob.glob(str(cache / "numba" / "**" / f"{path.stem}.*.nbi"), recursive=True))
+
+
+def _compile_in_workers(kernels: list[_Kernel], jobs: int, threads: int, cache: Path) -> dict:
+    """Compile every distinct uncached source in ``jobs`` worker processes; path -> reply."""
+    from tuner.measure.pool import Worker, worker_env
+
+    todo: dict[Path, _Kernel] = {}
+    for k in kernels:
+        if k.path is not None and k.path not in todo and not _cached(k.path, cache):
+            todo[k.path] = k
+    if not todo:
+        return {}
+    n = max(1, min(jobs, len(todo)))
+    env = worker_env(threads, cache)
+    log_dir = str(cache / "worker-logs")
+    os.makedirs(log_dir, exist_ok=True)
+    workers = [Worker(f"modelbuild{i}-{os.getpid()}", env, log_dir) for i in range(n)]
+    pending = list(todo.items())
+    replies: dict[Path, dict] = {}
+
+    def loop(worker) -> None:
+        while pending:
+            try:
+                path, k = pending.pop(0)
+            except IndexError:
+                return
+            req = {"path": str(path), "entry": k.template.entry,
+                   "arg_specs": k.workload.input_specs() + k.workload.output_specs()}
+            replies[path] = worker.call("build", req, 600.0)
+
+    try:
+        with ThreadPoolExecutor(max_workers=n) as pool:
+            list(pool.map(loop, workers))
+    finally:
+        for w in workers:
+            w.kill()
+    return replies
+
+
+def build(graph: Graph, *, opt_level: int = 2, threads: int = 1, db: str | None = None,
+          store=None, strict: bool = False, tuned: bool = True, jobs: int | None = None,
+          layout: str = "NHWC", name: str | None = None, warmup: bool = True,
+          inplace_concat: bool = True) -> Module:
+    """An executable module for ``graph`` (see the module docstring).
+
+    ``opt_level``: the pass pipeline (0: no graph optimisation, one op per kernel; 2:
+    default). ``threads``: the thread budget records are looked up for and kernels run with.
+    ``db``/``store``: the records. ``strict``: a missing record is ``NoRecordError``.
+    ``tuned=False``: template defaults everywhere. ``jobs``: compile processes (default:
+    usable cores). ``inplace_concat=False`` copies every concatenation (for comparisons).
+    """
+    from tuner.dispatch import load_kernel, open_store
+    from workloads.graph.passes import optimize
+    from tuner.target import usable_cores
+
+    t_start = time.perf_counter()
+    if threads < 1 or threads > usable_cores():
+        raise UsageError(f"threads={threads}: this machine allows 1..{usable_cores()}")
+    name = name or graph.name
+    g = optimize(graph, opt_level, layout=layout) if opt_level == 3 else optimize(graph, opt_level)
+    store = store if store is not None else (open_store(db) if tuned else None)
+    cache = settings.cache_dir()
+    align_numba_cache(cache)
+
+    groups = [n for n in g.nodes if n.is_compute]
+    stray = [n for n in groups if not n.is_fused]
+    if stray:
+        raise UsageError(f"build: %{stray[0].name} ({stray[0].op}) is not in a fused group")
+    kernels: dict[str, _Kernel] = {}
+    views: set[str] = set()
+    kinds: dict[str, str] = {}                      # group -> kernel / view / concat
+    slots: dict[str, tuple[str, int]] = {}          # concat input -> (concat, element offset)
+    for node in groups:
+        cat = _concat_slots(node, kinds) if inplace_concat else None
+        if _is_view(node):
+            views.add(node.name)
+            kinds[node.name] = "view"
+        elif cat is not None and not any(v in slots for v, _ in cat):
+            slots.update({v: (node.name, off) for v, off in cat})
+            views.add(node.name)
+            kinds[node.name] = "concat"
+        else:
+            kinds[node.name] = "kernel"
+            kernels[node.name] = _plan_kernel(node, threads=threads, store=store, strict=strict,
+                                              tuned=tuned)
+
+    t_compile = time.perf_counter()
+    replies = _compile_in_workers(list(kernels.values()), jobs or usable_cores(), threads, cache)
+    for k in kernels.values():
+        r = replies.get(k.path) if k.path is not None else None
+        if r is not None and r.get("status") != "OK":
+            k.source, k.note = "numpy", f"compile failed ({r.get('status')}): " \
+                                        f"{_one_line(Exception(r.get('error', '')))}"
+
+    # Memory plan over the values the steps write.
+    types = {n.name: n.type for n in g.nodes}
+    order = [(n.name, tuple(n.inputs)) for n in groups]
+    alias = {n.name: n.inputs[0] for n in groups if kinds[n.name] == "view"}
+    alias.update({v: c for v, (c, _) in slots.items()})
+    planned = [n.name for n in groups if n.name not in alias]
+    plan = plan_memory(order, {v: types[v].nbytes for v in planned},
+                       {v: types[v].dtype for v in planned}, set(g.outputs), alias)
+    buffers = plan.allocate()
+    arrays: dict[str, np.ndarray] = {}
+    inputs: list[tuple[str, np.ndarray]] = []
+    for n in g.nodes:
+        if n.is_input:
+            arrays[n.name] = np.empty(n.type.shape, n.type.dtype)
+            inputs.append((n.name, arrays[n.name]))
+        elif n.is_const:
+            arrays[n.name] = np.array(n.value.array, copy=True, order="C")  # writable: one signature
+
+    def array_of(v: str) -> np.ndarray:
+        """The array of a value: a slice of its buffer, of its concat's, or a view."""
+        a = arrays.get(v)
+        if a is None:
+            t = types[v]
+            if v in slots:
+                cat, off = slots[v]
+                a = array_of(cat).reshape(-1)[off: off + t.size].reshape(t.shape)
+            elif v in alias:
+                a = array_of(alias[v]).reshape(t.shape)
+            else:
+                a = buffers[plan.assign[v]][: t.size].reshape(t.shape)
+                a.fill(0)
+            arrays[v] = a
+        return a
+
+    steps: list[Step] = []
+    for node in groups:
+        if node.name in views:
+            array_of(node.name)
+            label = _label(node) + (" (in place)" if kinds[node.name] == "concat" else "")
+            steps.append(Step(node.name, label, "view", "view", None))
+            continue
+        k = kernels[node.name]
+        args = tuple(array_of(i) for i in node.inputs) + (array_of(node.name),)
+        fn = None
+        if k.source != "numpy":
+            try:
+                fn = load_kernel(k.workload, k.template, k.config)
+            except Exception as exc:  # noqa: BLE001 - visible NumPy fallback
+                k.source, k.note = "numpy", f"load failed: {_one_line(exc)}"
+        if fn is None:
+            fn = _numpy_step(node)
+        steps.append(Step(node.name, k.label, k.kind, k.source, fn, args,
+                          getattr(k.workload, "key", None),
+                          getattr(k.template, "name", None),
+                          dict(k.config) if k.config is not None else None, k.note))
+
+    outputs = [array_of(o) for o in g.outputs]
+    counts = {"tuned": 0, "fallback": 0, "fixed": 0, "numpy": 0}
+    for s in steps:
+        if s.source in counts:
+            counts[s.source] += 1
+    summary = Summary(name, counts, len(views), plan.total_bytes, plan.naive_bytes, threads,
+                      opt_level, 0.0)
+    module = Module(name, inputs, steps, outputs, summary, threads)
+    if warmup:
+        module.run([np.zeros(b.shape, b.dtype) for _, b in inputs], copy=False)
+    summary.compile_seconds = time.perf_counter() - t_compile
+    summary.build_seconds = time.perf_counter() - t_start
+    return module
+
+
+def _numpy_step(node: Node):
+    """Run a fused group with the NumPy reference executor, writing into the bound output."""
+    from workloads.graph.executor import execute
+
+    body = node.body
+
+    def run(*args) -> None:
+        np.copyto(args[-1], execute(body, list(args[:-1]))[0])
+    return run

@@ -1,0 +1,108 @@
+"""Checking a built module against a peer: ONNX Runtime on the same model and weights.
+
+``verify_onnx(path, seed=...)``: with ``seed`` the model's float weights are replaced by
+seeded random ones first (``tuner.frontend.onnx_weights.randomize``; the same rewritten model
+goes to ONNX Runtime and to the importer). Both run a seeded standard-normal input; every
+output is compared: max absolute error, max relative error (over elements with |expected| >=
+atol, where a relative error means something) and ``np.allclose(rtol, atol)``.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tuner.errors import UsageError
+
+RTOL, ATOL = 1e-3, 1e-4   # float32
+
+
+@dataclass
+class OutputCheck:
+    name: str
+    shape: tuple
+    max_abs: float
+    max_rel: float
+    ok: bool
+
+
+@dataclass
+class VerifyResult:
+    model: str
+    outputs: list[OutputCheck] = field(default_factory=list)
+    rtol: float = RTOL
+    atol: float = ATOL
+    summary: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.outputs) and all(o.ok for o in self.outputs)
+
+    @property
+    def max_abs(self) -> float:
+        return max(o.max_abs for o in self.outputs)
+
+    @property
+    def max_rel(self) -> float:
+        return max(o.max_rel for o in self.outputs)
+
+
+def compare(name: str, got: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -> OutputCheck:
+    if got.shape != expected.shape:
+        return OutputCheck(name, tuple(got.shape), float("inf"), float("inf"), False)
+    diff = np.abs(got.astype(np.float64) - expected.astype(np.float64))
+    ref = np.abs(expected.astype(np.float64))
+    big = ref >= atol
+    max_abs = float(diff.max()) if diff.size else 0.0
+    max_rel = float((diff[big] / ref[big]).max()) if big.any() else 0.0
+    finite = bool(np.isfinite(got).all() == np.isfinite(expected).all())
+    ok = finite and bool(np.allclose(got, expected, rtol=rtol, atol=atol))
+    return OutputCheck(name, tuple(got.shape), max_abs, max_rel, ok)
+
+
+def ort_session(model_bytes: bytes, threads: int):
+    """An ONNX Runtime CPU session: ``threads`` intra-op threads, one inter-op, sequential."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise UsageError("comparing with ONNX Runtime needs the optional extra: "
+                         "pip install 'tuner[onnx]' (onnxruntime is not installed)") from None
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.log_severity_level = 3
+    return ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+
+
+def prepare(path: str, seed: int | None):
+    """(model proto with the weights to use, IR graph of exactly that model)."""
+    from tuner.frontend.onnx import from_model, read_model
+    from tuner.frontend.onnx_weights import randomize
+
+    model = read_model(path)
+    if seed is not None:
+        model = randomize(model, seed)
+    name = os.path.splitext(os.path.basename(path))[0]
+    return model, from_model(model, name=name, where=path)
+
+
+def verify_onnx(path: str, *, seed: int | None = None, threads: int = 1, opt_level: int = 2,
+                input_seed: int = 0, rtol: float = RTOL, atol: float = ATOL, db: str | None = None,
+                strict: bool = False, tuned: bool = True, jobs: int | None = None) -> VerifyResult:
+    from tuner.compiler.builder import build
+    from workloads.graph.executor import random_inputs
+
+    model, graph = prepare(path, seed)
+    inputs = random_inputs(graph, seed=input_seed)
+    sess = ort_session(model.SerializeToString(), threads)
+    feed = {p.name: x for p, x in zip(graph.inputs, inputs)}
+    expected = sess.run(None, feed)
+    module = build(graph, opt_level=opt_level, threads=threads, db=db, strict=strict,
+                   tuned=tuned, jobs=jobs)
+    got = module.run(inputs)
+    res = VerifyResult(graph.name, rtol=rtol, atol=atol, summary=module.summary.line(path))
+    for name, g, e in zip(graph.outputs, got, expected):
+        res.outputs.append(compare(name, g, np.asarray(e), rtol, atol))
+    return res

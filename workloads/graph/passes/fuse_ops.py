@@ -1,0 +1,138 @@
+"""FuseOps: partition the graph into groups and wrap each in a ``fused`` node.
+
+Rules (``OpPattern`` kinds, decided in topological order):
+
+- an ANCHOR (conv2d, dense, matmul) or REDUCTION (pools) op starts a group; ELEMWISE and
+  BROADCAST ops whose output has the group's shape join it as an *epilogue*, one after the
+  other (a chain: each consumes the previous result; other operands become group inputs);
+- ELEMWISE, BROADCAST and INJECTIVE ops form injective groups, merging every producer group
+  that is itself injective (so ``reshape -> add -> relu`` or ``concat(relu, relu)`` fuse);
+- INJECTIVE ops never join an anchor group (so a ``layout_transform`` between conv2d and its
+  relu blocks that fusion: run ConvertLayout before FuseOps);
+- OPAQUE ops (softmax, lrn, side effects, existing fused nodes) stay alone;
+- a value joins its consumer's group only if that consumer is its only one and it is not a
+  graph output, so no value is ever computed twice or needs a second output;
+- a group never exceeds ``max_group_size`` ops (1 means no fusion at all).
+
+Every op ends up in a fused node (groups of one included), named after the group's output so
+consumers keep their references; constants and graph inputs stay outside as group inputs.
+The body is a ``Graph`` with parameters ``%p0, %p1, ...`` (see ``workloads.graph.fusion`` to
+describe a group for task extraction).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from workloads.graph.builder import GraphBuilder, node_pattern
+from workloads.graph.errors import GraphError
+from workloads.graph.ir import Graph, Node
+from workloads.graph.ops import OpPattern
+from workloads.graph.passes.infra import graph_pass
+
+_EPILOGUE = (OpPattern.ELEMWISE, OpPattern.BROADCAST)
+_MAIN = (OpPattern.ANCHOR, OpPattern.REDUCTION)
+
+
+@dataclass(eq=False)
+class _Group:
+    members: list[str]
+    kind: OpPattern
+    root: str = ""
+    merged_into: "_Group | None" = field(default=None, repr=False)
+
+    def find(self) -> "_Group":
+        g = self
+        while g.merged_into is not None:
+            g = g.merged_into
+        return g
+
+
+def partition(graph: Graph, max_group_size: int = 16) -> list[list[str]]:
+    """Groups of op-node names (each in topological order, its output last)."""
+    if max_group_size < 1:
+        raise GraphError(f"FuseOps: max_group_size must be >= 1, got {max_group_size}")
+    group_of: dict[str, _Group] = {}
+    groups: list[_Group] = []
+
+    def can_absorb(value: str, consumer: str) -> _Group | None:
+        g = group_of.get(value)
+        if g is None:
+            return None
+        g = g.find()
+        if g.root != value or g.kind == OpPattern.OPAQUE or value in graph.output_set:
+            return None
+        return g if graph.users.get(value) == (consumer,) else None
+
+    for node in graph.nodes:
+        if not node.is_compute or node.is_fused:
+            continue
+        p = node_pattern(node)
+        target = None
+        if p != OpPattern.OPAQUE and max_group_size > 1:
+            producers = [g for g in dict.fromkeys(can_absorb(i, node.name) for i in node.inputs) if g]
+            if p in _EPILOGUE:
+                target = next((g for g in producers if g.kind in _MAIN and len(g.members) < max_group_size
+                               and graph.type_of(g.root).shape == node.type.shape), None)
+            if target is None and p <= OpPattern.INJECTIVE:
+                size = 1
+                for g in producers:
+                    if g.kind <= OpPattern.INJECTIVE and size + len(g.members) <= max_group_size:
+                        if target is None:
+                            target = g
+                        else:
+                            target.members += g.members
+                            target.kind = max(target.kind, g.kind)
+                            g.merged_into = target
+                        size += len(g.members)
+        if target is None:
+            target = _Group([], p)
+            groups.append(target)
+        target.members.append(node.name)
+        target.kind = max(target.kind, p)
+        target.root = node.name
+        group_of[node.name] = target
+    order = {n.name: k for k, n in enumerate(graph.nodes)}
+    return [sorted(g.members, key=order.__getitem__) for g in groups if g.merged_into is None]
+
+
+def _group_name(members: list[Node]) -> str:
+    return "fused_" + "_".join(m.op for m in members)
+
+
+def make_body(members: list[Node], name: str) -> tuple[Graph, tuple[str, ...]]:
+    """The group's subgraph and the outside values it reads (in order of first use)."""
+    inside = {m.name for m in members}
+    outside = tuple(dict.fromkeys(i for m in members for i in m.inputs if i not in inside))
+    b = GraphBuilder(name, reserved=inside)
+    params = {}
+    for k, v in enumerate(outside):
+        params[v] = b.add(Node(b.fresh(f"p{k}"), "input", type=None)).name
+    for m in members:
+        b.add(m.replace(inputs=tuple(params.get(i, i) for i in m.inputs)))
+    return b.build(members[-1].name), outside
+
+
+def fuse_ops(graph: Graph, max_group_size: int = 16) -> Graph:
+    groups = partition(graph, max_group_size)
+    if not groups:
+        return graph
+    root_of = {m: g[-1] for g in groups for m in g}
+    members_of = {g[-1]: g for g in groups}
+    b = GraphBuilder(graph.name, reserved=(n.name for n in graph.nodes))
+    for node in graph.nodes:
+        if node.name not in root_of:
+            b.add(node)
+        elif root_of[node.name] == node.name:
+            members = [graph.node(m) for m in members_of[node.name]]
+            body, outside = make_body(members, _group_name(members))
+            params = iter(graph.type_of(v) for v in outside)
+            body = body.replace(nodes=tuple(n.replace(type=next(params)) if n.is_input else n
+                                            for n in body.nodes))
+            b.add(Node(node.name, "fused", outside, type=node.type, body=body))
+    return b.build(*graph.outputs)
+
+
+@graph_pass("FuseOps", opt_level=0, required=("InferType",))
+def FuseOps(graph: Graph, max_group_size: int = 16) -> Graph:
+    """Group ops into fused nodes: anchor + elementwise epilogue, injective chains."""
+    return fuse_ops(graph, max_group_size)
