@@ -94,7 +94,7 @@ ELEMENTWISE_OPS = ("add", "subtract", "multiply", "divide", "maximum", "minimum"
                    "relu", "clip", "sigmoid", "tanh", "sqrt", "exp", "negative", "dropout")
 
 
-VECTOR_IMPORTS = "from search_spaces.runtime.elementwise import vdiv, vmax, vmin, vmul, vsub"
+VECTOR_IMPORTS = "from search_spaces.runtime.vector_ops import vdiv, vmax, vmin, vmul, vsub"
 
 
 def vector_op(op: str, attrs: dict, args: list[str], lanes: int) -> str | None:

@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from typing import ClassVar, Mapping
 
 from search_spaces.space import Config, ConfigSpace
-from workloads.base import Workload
+from workloads.workload import Workload
 
 
 class Template(ABC):

@@ -17,11 +17,16 @@ INCEPTION = "workloads/graphs/inception_block.txt"
 
 @pytest.mark.parametrize("level", [2, 3])
 def test_extraction_keys_equal_build_time_keys(level):
+    """The tasks `tasks`/`tune model` extract are exactly the workloads the builder chooses
+    (its own planning step, ``plan_groups``, on the graph its own pipeline produced)."""
+    from tuner.compiler.compile_model import plan_groups
+
     graph = load(INCEPTION)
     tasks = extract_tasks(graph, opt_level=level)
-    # What the builder does: the same pipeline, then workload_for_group per fused node.
-    built = [workload_for_group(n) for n in fused_groups(fuse(load(INCEPTION), level))
-             if n.body.name != "fused_flatten"]   # a view: no kernel, no task
+    _, kernels, views, _, _ = plan_groups(fuse(load(INCEPTION), level), threads=1, store=None,
+                                          tuned=False)
+    built = [k.workload for k in kernels.values()]
+    assert None not in built and views          # every kernel has a workload; the flatten is a view
     assert {t.key for t in tasks} == {w.key for w in built}
     # ... and from the group's description alone (what a rebuilt description gives).
     from tuner.tasks import is_view

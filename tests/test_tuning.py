@@ -1,6 +1,8 @@
 """The tuner loop on small spaces: all strategies, resume, failures survived, re-measurement."""
 import pytest
+from fault_templates import NaiveGemm
 
+from search_spaces.space import Config, ConfigSpace, Knob
 from tuner.target import host_target
 from tuner.tuning import TuneOptions, tune
 from workloads.gemm import Gemm
@@ -52,6 +54,39 @@ def test_timeout_and_early_stopping(templates, store, measurer):
     s = tune(w, templates["naive"], store, host_target(),
              TuneOptions(strategy="grid", trials=4, timeout=0.0, progress=False), measurer=measurer)
     assert s.stop_reason == "timeout" and s.measured == 0 and s.best is None
+
+
+class SleepyGemm(NaiveGemm):
+    """The naive kernel plus a sleep of ``delay`` ms: grid order is fastest first, so after the
+    first trial no candidate can be a new best."""
+
+    name = "sleepy_gemm"
+
+    def space(self, workload, max_threads=1):
+        return ConfigSpace([Knob("delay", (0, 2, 4, 6, 8, 10, 12, 14), ordinal=True)])
+
+    def default_config(self, workload, max_threads=1):
+        return Config({"delay": 0})
+
+    def codegen(self, workload, config):
+        src = super().codegen(workload, Config({"unroll": 1})).replace("def kernel(", "def _kernel(")
+        return ("import time\n" + src + f"\n\ndef kernel(A, B, C):\n    time.sleep({config['delay'] / 1000})"
+                "\n    _kernel(A, B, C)\n")
+
+
+def test_early_stopping_stops_after_n_trials_without_a_new_best(store, measurer):
+    w = Gemm.parse("8x8x8")
+    s = tune(w, SleepyGemm(), store, host_target(),
+             TuneOptions(strategy="grid", trials=8, early_stopping=3, batch_size=1, progress=False,
+                         remeasure_top=0), measurer=measurer)
+    assert s.stop_reason == "early stopping"
+    assert s.measured == 4                      # the best (first), then 3 without improvement
+    assert s.best.config == Config({"delay": 0})
+    # without it the same search runs the whole budget
+    s2 = tune(Gemm.parse("8x8x9"), SleepyGemm(), store, host_target(),
+              TuneOptions(strategy="grid", trials=6, batch_size=1, progress=False, remeasure_top=0),
+              measurer=measurer)
+    assert s2.stop_reason == "budget" and s2.measured == 6
 
 
 def test_a_busy_machine_is_announced_and_recorded(templates, store, measurer, monkeypatch, capsys):

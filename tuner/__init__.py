@@ -4,11 +4,12 @@ The Python API (``tuner.api``; imported lazily so ``import tuner`` stays cheap):
 
     tuner.tune(workload_or_spec, ...)  -> TuneResult   search, record, return the best
     tuner.tune_model(graph_or_path, ...) -> dict       tune every task of a model
-    tuner.build(graph_or_path, ...)    -> Module       a model with the best records applied
+    tuner.build(graph_or_path, ...)       -> Module       a model with the best records applied
     tuner.gemm(A, B)                   -> C            dispatch: best record or loud fallback
+    tuner.kernel(workload_or_spec)     -> Kernel       any workload's kernel, dispatched the same way
     tuner.open_db(url)                 -> Records      query the records
     tuner.register_workload(cls), tuner.register_template(template, priority=1)
-    tuner.Workload, tuner.Template, tuner.Config, tuner.workload(spec)
+    tuner.Workload, tuner.Template, tuner.Config, tuner.Knob, tuner.ConfigSpace, tuner.workload(spec)
 """
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ __version__ = "0.1.0"
 _API = {
     "tune": "tuner.api", "tune_model": "tuner.api", "build": "tuner.api", "open_db": "tuner.api",
     "register_workload": "tuner.api", "register_template": "tuner.api", "workload": "tuner.api",
-    "TuneResult": "tuner.api", "gemm": "tuner.dispatch", "Workload": "workloads.base",
+    "TuneResult": "tuner.api", "gemm": "tuner.dispatch", "kernel": "tuner.dispatch", "Knob": "search_spaces.space",
+    "ConfigSpace": "search_spaces.space", "Constraint": "search_spaces.space", "Workload": "workloads.workload",
     "Template": "search_spaces.template", "Config": "search_spaces.space",
     "TunerError": "tuner.errors", "UsageError": "tuner.errors",
 }

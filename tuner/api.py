@@ -6,7 +6,7 @@
     C = tuner.gemm(A, B, db="sqlite:///my.db")   # dispatch: the best record, or a loud fallback
     db = tuner.open_db("sqlite:///my.db")  # queries: db.best(...), db.trials(...), db.workloads()
     report = tuner.tune_model("model.onnx", trials=200, threads=1)
-    module = tuner.build("model.onnx", threads=1)   # the best records applied
+    module = tuner.build("model.onnx", threads=1)       # the best records applied
     tuner.register_workload(MyWorkload); tuner.register_template(MyTemplate(), priority=1)
 
 Every function checks its input through the same options objects the CLI uses
@@ -24,7 +24,7 @@ from typing import Any, Callable
 from search_spaces.space import Config
 from search_spaces.template import Template
 from tuner.errors import UsageError
-from workloads.base import Workload
+from workloads.workload import Workload
 
 
 @dataclass
@@ -185,8 +185,8 @@ def tune_model(graph_or_path, *, trials: int = 400, threads: int = 1, db: str | 
 def build(graph_or_path, **options):
     """An executable module for a model (a Graph or a path), the best records applied and
     every fallback counted in ``module.summary`` (options: ``threads``, ``db``, ``strict``,
-    ``opt_level``, ``tuned`` ...; see ``tuner.compiler.builder.build``)."""
-    from tuner.compiler.builder import build as run
+    ``opt_level``, ``tuned`` ...; see ``tuner.compiler.compile_model.build``)."""
+    from tuner.compiler.compile_model import build as run
 
     return run(_graph(graph_or_path), **options)
 

@@ -134,6 +134,42 @@ def open_store(url: str | None = None, create: bool = True) -> Store:
     return _STORES[url]
 
 
+class Kernel:
+    """A compiled kernel with its selected config: call it with the workload's input arrays
+    then its output arrays (written in place); Numba's thread pool is set to the config's
+    threads on every call."""
+
+    def __init__(self, workload, template, selection: Selection):
+        self.workload, self.template, self.selection = workload, template, selection
+        self.config = selection.config
+        self.source = selection.source          # "tuned" or "fallback"
+        self.fn = load_kernel(workload, template, selection.config)
+        import numba
+
+        self._threads = min(template.threads(selection.config), numba.config.NUMBA_NUM_THREADS)
+
+    def __call__(self, *arrays):
+        import numba
+
+        numba.set_num_threads(self._threads)
+        return self.fn(*arrays)
+
+    def __repr__(self) -> str:
+        return f"Kernel({self.workload}, {self.template.name} v{self.template.version}, {self.source})"
+
+
+def kernel(spec, *, threads: int | None = None, db: str | None = None, strict: bool = False,
+           template: str | None = None) -> Kernel:
+    """The kernel for a workload (object or spec such as ``"gemm:512x512x512"``) with the best
+    record for this target and thread budget applied, or the announced fallback."""
+    from tuner.api import template_for, workload
+
+    w = workload(spec)
+    threads = threads or usable_cores()
+    tpl = template_for(w, template)
+    return Kernel(w, tpl, select_config(w, tpl, open_store(db), threads=threads, strict=strict))
+
+
 def gemm(A: np.ndarray, B: np.ndarray, *, threads: int | None = None, db: str | None = None,
          strict: bool = False, out: np.ndarray | None = None) -> np.ndarray:
     """C = A @ B with the best tuned kernel for this shape, dtype and target (or a fallback)."""

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 
 from tuner.errors import UsageError
 
-VIEW_OPS = frozenset({"reshape", "flatten", "squeeze", "expand_dims"})
 # Nominal single-thread rates for the estimate of untuned tasks (flop/s by kind; bytes/s).
 NOMINAL_BANDWIDTH = 5e9
 
@@ -56,18 +55,17 @@ class Task:
 
 
 def is_view(node) -> bool:
-    body = node.body
-    ops = [n for n in body.nodes if n.is_compute]
-    return bool(ops) and len(body.inputs) == 1 and all(n.op in VIEW_OPS for n in ops)
+    """A group the builder runs as a view of its input (no kernel, so no task)."""
+    from tuner.compiler.compile_model import is_view as builder_is_view
+
+    return builder_is_view(node)
 
 
 def fuse(graph, opt_level: int = 2, layout: str = "NHWC"):
-    """The pipeline the builder runs (``tuner.compiler.builder.build``)."""
-    from workloads.graph.passes import optimize
+    """The pipeline the builder runs (``tuner.compiler.compile_model.pipeline``)."""
+    from tuner.compiler.compile_model import pipeline
 
-    if opt_level == 3:
-        return optimize(graph, opt_level, layout=layout)
-    return optimize(graph, opt_level)
+    return pipeline(graph, opt_level, layout)
 
 
 def estimate_time(workload) -> float:

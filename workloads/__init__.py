@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from tuner.errors import UsageError
-from workloads.base import Workload
+from workloads.workload import Workload
 
 REGISTRY: dict[str, str] = {
     "gemm": "workloads.gemm:Gemm",

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tuner.errors import UsageError
-from workloads.base import Workload, outside_tolerance
+from workloads.workload import Workload, outside_tolerance
 from workloads.fused_body import build_body, canonical_body_text, is_chain
 
 FLOAT = ("float32", "float64")
@@ -358,7 +358,7 @@ def kind_of(params: dict) -> str:
 def group_params(node_or_description) -> dict:
     """Canonical params of a fused node or a ``GroupDescription`` (body text for DAG groups)."""
     from workloads.graph.fusion import GroupDescription, describe
-    from workloads.graph.errors import GraphError
+    from workloads.graph.graph_errors import GraphError
     from workloads.graph.ir import Node
 
     body = None

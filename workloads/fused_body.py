@@ -33,7 +33,7 @@ def canonical_body_text(body) -> str:
 def build_body(params: dict):
     """The group's body graph from params (its text when present, else the chain)."""
     from workloads.graph import GraphBuilder, parse
-    from workloads.graph.errors import GraphError
+    from workloads.graph.graph_errors import GraphError
 
     try:
         if params.get("body"):

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tuner.errors import UsageError
-from workloads.base import Workload, outside_tolerance
+from workloads.workload import Workload, outside_tolerance
 
 DTYPES = ("float32", "float64", "int32")
 _SHAPE_RE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*[xX]\s*(\d+)\s*$")

@@ -67,7 +67,7 @@ class FixedTemplate(Template):
         if vector:
             # Outputs as vectors (search_spaces.templates.fixed_vector); the kernel stores them itself.
             imports += [f"from search_spaces.runtime.simd import {', '.join(VEC_NAMES)}",
-                        "from search_spaces.runtime.elementwise import vdiv, vmax, vmul"]
+                        "from search_spaces.runtime.vector_ops import vdiv, vmax, vmul"]
             lines += (max_pool_nchw_vector(attrs, x_shape, shape, vec) if op == "max_pool2d"
                       else lrn_vector_source(attrs, x_shape, vec))
         else:

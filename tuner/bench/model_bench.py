@@ -57,7 +57,7 @@ def bench_model(path: str, threads_list: list[int], *, groups: str = "ANBCD", se
                 log: Callable[[str], None] = print) -> dict:
     from threadpoolctl import threadpool_limits
 
-    from tuner.compiler.builder import build
+    from tuner.compiler.compile_model import build
     from tuner.compiler.verify_model import compare, ort_session, prepare
     from workloads.graph.executor import execute, random_inputs
     from tuner.target import host_target

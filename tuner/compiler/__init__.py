@@ -2,7 +2,7 @@
 (``planner``) and the runtime ``Module`` with timing helpers (``module``)."""
 from __future__ import annotations
 
-from tuner.compiler.builder import build
+from tuner.compiler.compile_model import build
 from tuner.compiler.module import Module, Step, Summary, Timing, time_fn
 from tuner.compiler.planner import Plan, plan_memory
 

@@ -101,7 +101,7 @@ def time_fn(fn: Callable[[], Any], *, warmup: int = 2, repeat: int = 20,
 
 
 class Module:
-    """An executable model; build it with ``tuner.compiler(graph)``."""
+    """An executable model; build it with ``tuner.build(graph)``."""
 
     def __init__(self, name: str, inputs: list[tuple[str, np.ndarray]], steps: list[Step],
                  outputs: list[np.ndarray], summary: Summary, threads: int) -> None:

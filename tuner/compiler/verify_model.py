@@ -91,7 +91,7 @@ def prepare(path: str, seed: int | None):
 def verify_onnx(path: str, *, seed: int | None = None, threads: int = 1, opt_level: int = 2,
                 input_seed: int = 0, rtol: float = RTOL, atol: float = ATOL, db: str | None = None,
                 strict: bool = False, tuned: bool = True, jobs: int | None = None) -> VerifyResult:
-    from tuner.compiler.builder import build
+    from tuner.compiler.compile_model import build
     from workloads.graph.executor import random_inputs
 
     model, graph = prepare(path, seed)

@@ -26,7 +26,7 @@ import numpy as np
 
 from tuner.errors import UsageError
 from workloads.graph.builder import GraphBuilder
-from workloads.graph.errors import GraphError
+from workloads.graph.graph_errors import GraphError
 from workloads.graph.ir import Graph, TensorType
 
 MIN_OPSET = 9

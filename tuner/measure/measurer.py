@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -44,6 +45,22 @@ class MeasureOptions:
                 raise UsageError(f"{name.replace('_', '-')} must be positive, got {value}")
         if self.warmup < 0 or self.build_workers < 0:
             raise UsageError("warmup and build-workers must be >= 0")
+
+
+def workload_request(workload) -> dict:
+    """How a worker process rebuilds ``workload``: its key (the registry imports its class),
+    plus the workload itself by value (cloudpickle) when its class cannot be imported by name
+    in another process, e.g. a workload kind defined in a script or a notebook."""
+    req = {"workload_key": workload.key}
+    cls = type(workload)
+    mod = sys.modules.get(cls.__module__)
+    importable = (cls.__module__ != "__main__" and getattr(mod, "__file__", None)
+                  and getattr(mod, cls.__qualname__, None) is cls)
+    if not importable:
+        import cloudpickle
+
+        req["workload_blob"] = cloudpickle.dumps(workload)
+    return req
 
 
 def write_source(source: str, cache: Path | None = None) -> Path:
@@ -111,7 +128,7 @@ class Measurer:
 
     def _run(self, workload, template, config: Config, path: Path, cutoff_s: float | None) -> dict:
         o = self.opts
-        req = {"path": str(path), "entry": template.entry, "workload_key": workload.key,
+        req = {"path": str(path), "entry": template.entry, **workload_request(workload),
                "threads": template.threads(config), "warmup": o.warmup, "repeat": o.repeat,
                "min_repeat_ms": o.min_repeat_ms, "max_time_s": o.max_time_s, "check": o.check,
                "cutoff_s": cutoff_s}
@@ -183,7 +200,7 @@ class Measurer:
     def baseline(self, workload, threads: int | None = None) -> MeasureResult:
         """NumPy's reference implementation timed by the run worker, same procedure."""
         o = self.opts
-        req = {"workload_key": workload.key, "threads": threads or o.threads, "warmup": o.warmup,
+        req = {**workload_request(workload), "threads": threads or o.threads, "warmup": o.warmup,
                "repeat": o.repeat, "min_repeat_ms": o.min_repeat_ms, "max_time_s": o.max_time_s}
         r = self._runner.call("baseline", req, o.run_timeout)
         return MeasureResult(Status(r["status"]), samples=r.get("samples", []),

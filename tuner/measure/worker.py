@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import pickle
 import sys
 import time
 import traceback
@@ -47,7 +48,8 @@ def _workload(req):
     data = _DATA.get(key)
     if data is None:
         _DATA.clear()
-        w = workloads.from_key(key)
+        blob = req.get("workload_blob")
+        w = pickle.loads(blob) if blob is not None else workloads.from_key(key)
         inputs = w.make_inputs(seed=req.get("seed", 0))
         expected = w.reference(inputs) if req.get("check", True) else None
         data = _DATA[key] = (w, inputs, expected)

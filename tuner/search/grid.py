@@ -1,7 +1,7 @@
 """Every valid config in index order (first knob most significant)."""
 from __future__ import annotations
 
-from tuner.search.base import Strategy
+from tuner.search.strategy import Strategy
 
 
 class GridStrategy(Strategy):

@@ -16,7 +16,7 @@ the model's pick.
 from __future__ import annotations
 
 from search_spaces.space import Config
-from tuner.search.base import Strategy
+from tuner.search.strategy import Strategy
 from tuner.search.cost_model import CostModel, Featurizer
 
 

@@ -1,7 +1,7 @@
 """Uniform random sampling over the valid configs."""
 from __future__ import annotations
 
-from tuner.search.base import Strategy
+from tuner.search.strategy import Strategy
 
 
 class RandomStrategy(Strategy):

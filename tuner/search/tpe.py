@@ -25,7 +25,7 @@ import logging
 import math
 
 from search_spaces.space import Config
-from tuner.search.base import Strategy, cost_of
+from tuner.search.strategy import Strategy, cost_of
 
 
 def study_name_for(workload_key: str, target_key: str, template: str, version: int,

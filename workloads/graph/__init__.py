@@ -7,7 +7,7 @@ Public API::
 """
 from __future__ import annotations
 
-from workloads.graph.errors import GraphError, ParseError, PassError
+from workloads.graph.graph_errors import GraphError, ParseError, PassError
 from workloads.graph.ir import Attrs, ConstValue, Graph, Node, TensorType
 from workloads.graph.ops import OPS, OpPattern, get_op
 from workloads.graph.builder import GraphBuilder

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence, Union
 
 import numpy as np
 
-from workloads.graph.errors import GraphError
+from workloads.graph.graph_errors import GraphError
 from workloads.graph.ir import (CONST, FUSED, INIT_KEYS, INPUT, Attrs, ConstValue, Graph, Node,
                             TensorType, materialize_init)
 from workloads.graph.ops import OpPattern, get_op

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workloads.graph.builder import node_pattern
-from workloads.graph.errors import GraphError
+from workloads.graph.graph_errors import GraphError
 from workloads.graph.ir import Attrs, Graph, Node, TensorType
 from workloads.graph.ops import OpPattern
 

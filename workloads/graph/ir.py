@@ -22,7 +22,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from workloads.graph.errors import GraphError
+from workloads.graph.graph_errors import GraphError
 
 DTYPES = ("float32", "float64", "int32", "int64")
 INPUT, CONST, FUSED = "input", "const", "fused"

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from workloads.graph.errors import GraphError, ParseError
+from workloads.graph.graph_errors import GraphError, ParseError
 from workloads.graph.ir import (CONST, DTYPES, FUSED, INIT_KEYS, INPUT, Attrs, ConstValue, Graph,
                             Node, TensorType, materialize_init)
 from workloads.graph.ops import OPS, get_op

@@ -8,7 +8,7 @@ their arrays; fused bodies verified recursively and bound consistently to their 
 from __future__ import annotations
 
 from workloads.graph.builder import infer_node_type
-from workloads.graph.errors import GraphError
+from workloads.graph.graph_errors import GraphError
 from workloads.graph.ir import CONST, FUSED, INIT_KEYS, INPUT, Graph, Node, TensorType
 from workloads.graph.ops import OPS, get_op
 

@@ -5,7 +5,7 @@ from typing import Callable
 
 import numpy as np
 
-from workloads.graph.errors import GraphError
+from workloads.graph.graph_errors import GraphError
 from workloads.graph.ir import TensorType
 from workloads.graph.ops.registry import (OpPattern, broadcast, register_op, require_float,
                                       same_dtype)

@@ -12,7 +12,7 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from workloads.graph.errors import GraphError
+from workloads.graph.graph_errors import GraphError
 from workloads.graph.ir import TensorType
 from workloads.graph.ops.registry import (OpPattern, check_layout, norm_axis, register_op,
                                       require_float, same_dtype)

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from workloads.graph.errors import GraphError
+from workloads.graph.graph_errors import GraphError
 from workloads.graph.ir import Attrs, TensorType
 
 

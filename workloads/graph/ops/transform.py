@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workloads.graph.errors import GraphError
+from workloads.graph.graph_errors import GraphError
 from workloads.graph.ir import DTYPES, TensorType
 from workloads.graph.ops.registry import OpPattern, check_layout, norm_axis, register_op, same_dtype
 

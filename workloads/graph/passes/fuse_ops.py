@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from workloads.graph.builder import GraphBuilder, node_pattern
-from workloads.graph.errors import GraphError
+from workloads.graph.graph_errors import GraphError
 from workloads.graph.ir import Graph, Node
 from workloads.graph.ops import OpPattern
 from workloads.graph.passes.infra import graph_pass

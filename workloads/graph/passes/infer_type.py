@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from workloads.graph.builder import infer_node_type
-from workloads.graph.errors import GraphError
+from workloads.graph.graph_errors import GraphError
 from workloads.graph.ir import Graph, TensorType
 from workloads.graph.passes.infra import graph_pass
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence, TextIO
 
 from tuner.errors import TunerError, UsageError
-from workloads.graph.errors import PassError
+from workloads.graph.graph_errors import PassError
 from workloads.graph.ir import Graph
 
 

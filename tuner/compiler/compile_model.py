@@ -66,7 +66,17 @@ def _label(node: Node) -> str:
         return node.body.name if node.body is not None else node.op
 
 
-def _is_view(node: Node) -> bool:
+def pipeline(graph: Graph, opt_level: int = 2, layout: str = "NHWC") -> Graph:
+    """The pass pipeline a build runs (task extraction runs the same one)."""
+    from workloads.graph.passes import optimize
+
+    if opt_level == 3:
+        return optimize(graph, opt_level, layout=layout)
+    return optimize(graph, opt_level)
+
+
+def is_view(node: Node) -> bool:
+    """A group that only reshapes its one input: no kernel, a view of the input."""
     body = node.body
     ops = [n for n in body.nodes if n.is_compute]
     return bool(ops) and len(body.inputs) == 1 and all(n.op in VIEW_OPS for n in ops)
@@ -177,6 +187,36 @@ def _compile_in_workers(kernels: list[_Kernel], jobs: int, threads: int, cache: 
     return replies
 
 
+def plan_groups(g: Graph, *, threads: int, store, strict: bool = False, tuned: bool = True,
+                inplace_concat: bool = True):
+    """Step 2 for an optimized graph: which fused groups are views or in-place concatenations,
+    and for every other one its workload, template and config (``_Kernel``), before anything
+    compiles. Returns (groups, kernels by group, views, kind by group, concat slots); task
+    extraction is tested against the workloads chosen here."""
+    groups = [n for n in g.nodes if n.is_compute]
+    stray = [n for n in groups if not n.is_fused]
+    if stray:
+        raise UsageError(f"build: %{stray[0].name} ({stray[0].op}) is not in a fused group")
+    kernels: dict[str, _Kernel] = {}
+    views: set[str] = set()
+    kinds: dict[str, str] = {}                      # group -> kernel / view / concat
+    slots: dict[str, tuple[str, int]] = {}          # concat input -> (concat, element offset)
+    for node in groups:
+        cat = _concat_slots(node, kinds) if inplace_concat else None
+        if is_view(node):
+            views.add(node.name)
+            kinds[node.name] = "view"
+        elif cat is not None and not any(v in slots for v, _ in cat):
+            slots.update({v: (node.name, off) for v, off in cat})
+            views.add(node.name)
+            kinds[node.name] = "concat"
+        else:
+            kinds[node.name] = "kernel"
+            kernels[node.name] = _plan_kernel(node, threads=threads, store=store, strict=strict,
+                                              tuned=tuned)
+    return groups, kernels, views, kinds, slots
+
+
 def build(graph: Graph, *, opt_level: int = 2, threads: int = 1, db: str | None = None,
           store=None, strict: bool = False, tuned: bool = True, jobs: int | None = None,
           layout: str = "NHWC", name: str | None = None, warmup: bool = True,
@@ -190,39 +230,20 @@ def build(graph: Graph, *, opt_level: int = 2, threads: int = 1, db: str | None 
     usable cores). ``inplace_concat=False`` copies every concatenation (for comparisons).
     """
     from tuner.dispatch import load_kernel, open_store
-    from workloads.graph.passes import optimize
     from tuner.target import usable_cores
 
     t_start = time.perf_counter()
     if threads < 1 or threads > usable_cores():
         raise UsageError(f"threads={threads}: this machine allows 1..{usable_cores()}")
     name = name or graph.name
-    g = optimize(graph, opt_level, layout=layout) if opt_level == 3 else optimize(graph, opt_level)
+    g = pipeline(graph, opt_level, layout)
     store = store if store is not None else (open_store(db) if tuned else None)
     cache = settings.cache_dir()
     align_numba_cache(cache)
 
-    groups = [n for n in g.nodes if n.is_compute]
-    stray = [n for n in groups if not n.is_fused]
-    if stray:
-        raise UsageError(f"build: %{stray[0].name} ({stray[0].op}) is not in a fused group")
-    kernels: dict[str, _Kernel] = {}
-    views: set[str] = set()
-    kinds: dict[str, str] = {}                      # group -> kernel / view / concat
-    slots: dict[str, tuple[str, int]] = {}          # concat input -> (concat, element offset)
-    for node in groups:
-        cat = _concat_slots(node, kinds) if inplace_concat else None
-        if _is_view(node):
-            views.add(node.name)
-            kinds[node.name] = "view"
-        elif cat is not None and not any(v in slots for v, _ in cat):
-            slots.update({v: (node.name, off) for v, off in cat})
-            views.add(node.name)
-            kinds[node.name] = "concat"
-        else:
-            kinds[node.name] = "kernel"
-            kernels[node.name] = _plan_kernel(node, threads=threads, store=store, strict=strict,
-                                              tuned=tuned)
+    groups, kernels, views, kinds, slots = plan_groups(g, threads=threads, store=store,
+                                                       strict=strict, tuned=tuned,
+                                                       inplace_concat=inplace_concat)
 
     t_compile = time.perf_counter()
     replies = _compile_in_workers(list(kernels.values()), jobs or usable_cores(), threads, cache)
