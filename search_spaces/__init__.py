@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 
-from tuner.errors import UsageError
+from workloads.errors import UsageError
 
 REGISTRY: dict[str, str] = {
     "gemm": "search_spaces.templates.gemm:GemmTemplate",
@@ -62,3 +62,17 @@ def templates_for(kind: str) -> list[str]:
     names = [kind] if kind in REGISTRY else []
     names += [n for n, t in _INSTANCES.items() if n != kind and t.workload_kind == kind]
     return sorted(names, key=lambda n: -_PRIORITY.get(n, 0))  # stable: ties keep this order
+
+
+def template_for(workload, name: str | None = None):
+    """The template ``name``, or the workload kind's first template (highest priority); a
+    template of another kind is a ``UsageError``."""
+    if name is None:
+        names = templates_for(workload.kind)
+        if not names:
+            raise UsageError(f"no template is registered for workload kind {workload.kind!r}")
+        name = names[0]
+    tpl = get_template(name)
+    if tpl.workload_kind != workload.kind:
+        raise UsageError(f"template {name!r} computes {tpl.workload_kind!r} workloads, not {workload.kind!r}")
+    return tpl

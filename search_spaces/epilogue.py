@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from tuner.errors import InstantiationError
+from workloads.errors import InstantiationError
 
 DTYPE_SRC = {"float32": "np.float32", "float64": "np.float64", "int32": "np.int32", "int64": "np.int64"}
 

@@ -18,7 +18,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from tuner.errors import InstantiationError, UsageError
+from workloads.errors import InstantiationError, UsageError
 
 Value = Any  # int | str | bool
 

@@ -14,7 +14,7 @@ import pytest
 
 import tuner
 from tuner.compiler import Module, plan_memory
-from tuner.errors import NoRecordError
+from workloads.errors import NoRecordError
 from workloads.graph import execute, load, random_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -154,7 +154,7 @@ def test_runtime_overhead_is_small(conv_block, built):
 
 
 def test_bad_inputs_are_usage_errors(built):
-    from tuner.errors import UsageError
+    from workloads.errors import UsageError
 
     with pytest.raises(UsageError, match="must be float32"):
         built.run([np.zeros((1, 3, 32, 31), np.float32)])
@@ -174,7 +174,7 @@ def test_unsupported_group_runs_with_numpy_visibly(conv_block, tmp_path, monkeyp
 
     def no_softmax(node):
         if any(n.op == "softmax" for n in node.body.nodes):
-            raise tuner.errors.UsageError("softmax: not supported here")
+            raise workloads.errors.UsageError("softmax: not supported here")
         return real(node)
 
     monkeypatch.setattr(fused, "workload_for_group", no_softmax)

@@ -8,7 +8,7 @@ from sqlalchemy import text
 from search_spaces.space import Config
 from tuner.db.jsonl import export_jsonl, import_jsonl
 from tuner.db.store import Store, TrialRecord
-from tuner.errors import DatabaseError, UsageError
+from workloads.errors import DatabaseError, UsageError
 from tuner.measure.result import MeasureResult, Status
 from tuner.target import host_target
 from workloads.gemm import Gemm

@@ -6,7 +6,7 @@ import pytest
 from search_spaces.space import Config
 from tuner import dispatch
 from tuner.db.store import TrialRecord
-from tuner.errors import NoRecordError
+from workloads.errors import NoRecordError
 from tuner.measure.result import MeasureResult, Status
 from tuner.target import host_target
 from workloads.gemm import Gemm

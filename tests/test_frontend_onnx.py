@@ -13,7 +13,7 @@ onnx = pytest.importorskip("onnx", reason="the optional extra .[onnx] is not ins
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime (extra .[onnx]) is not installed")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from tuner.errors import UsageError  # noqa: E402
+from workloads.errors import UsageError  # noqa: E402
 from tuner.frontend.onnx import from_model, load  # noqa: E402
 from workloads.graph import execute, verify  # noqa: E402
 from workloads.graph.passes import optimize  # noqa: E402

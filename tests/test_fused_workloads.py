@@ -9,7 +9,7 @@ import workloads
 from search_spaces import get_template, templates_for
 from search_spaces.space import Config
 from tuner.dispatch import load_kernel
-from tuner.errors import InstantiationError, UsageError
+from workloads.errors import InstantiationError, UsageError
 from workloads.graph import GraphBuilder, load, parse
 from workloads.graph.fusion import describe, fused_groups
 from workloads.graph.passes import optimize

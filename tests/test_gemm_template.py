@@ -17,7 +17,7 @@ import pytest
 from search_spaces import get_template
 from search_spaces.templates.gemm import GemmTemplate
 from search_spaces.space import Config
-from tuner.errors import InstantiationError
+from workloads.errors import InstantiationError
 from workloads.gemm import Gemm
 
 

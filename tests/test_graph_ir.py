@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tuner.errors import TunerError, UsageError
+from workloads.errors import TunerError, UsageError
 from workloads.graph import (OPS, GraphBuilder, GraphError, OpPattern, ParseError, TensorType,
                          execute, load, parse, random_inputs, to_text, verify)
 from workloads.graph.ir import Attrs, ConstValue, Graph, Node

@@ -5,7 +5,7 @@ import io
 
 import pytest
 
-from tuner.errors import UsageError
+from workloads.errors import UsageError
 from workloads.graph import GraphError, PassError, parse, random_inputs, to_text, verify
 from workloads.graph.passes import (CanonicalizeOps, ConvertLayout, DeadCodeElimination, DumpIR,
                                 EliminateCommonSubexpr, FoldConstant, FoldScaleAxis, FuseOps,

@@ -90,7 +90,7 @@ def test_fallback_uses_the_most_similar_tuned_workload(templates, store, capsys)
     assert "most similar tuned workload" in err and Gemm.parse("8x8x8").key in err
     assert "python -m tuner tune gemm --shape 8x8x16" in err  # still announced, still loud
     # strict mode still refuses
-    from tuner.errors import NoRecordError
+    from workloads.errors import NoRecordError
 
     with pytest.raises(NoRecordError):
         dispatch.select_config(w, templates["naive"], store, threads=1, strict=True)

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from search_spaces.space import Config, ConfigSpace, Constraint, Knob
-from tuner.errors import InstantiationError, UsageError
+from workloads.errors import InstantiationError, UsageError
 
 
 def make_space():

@@ -8,7 +8,7 @@ import pytest
 
 from tuner.cli import main
 from workloads.graph import load
-from workloads.graph.fusion import describe, fused_groups
+from workloads.graph.fusion import describe
 from tuner.tasks import TaskScheduler, TaskState, extract_tasks, fuse, shares
 from workloads.fused import workload_for_group
 
@@ -23,16 +23,14 @@ def test_extraction_keys_equal_build_time_keys(level):
 
     graph = load(INCEPTION)
     tasks = extract_tasks(graph, opt_level=level)
-    _, kernels, views, _, _ = plan_groups(fuse(load(INCEPTION), level), threads=1, store=None,
+    _, kernels, _, _, _ = plan_groups(fuse(load(INCEPTION), level), threads=1, store=None,
                                           tuned=False)
     built = [k.workload for k in kernels.values()]
-    assert None not in built and views          # every kernel has a workload; the flatten is a view
+    assert None not in built                    # every kernel has a workload
     assert {t.key for t in tasks} == {w.key for w in built}
     # ... and from the group's description alone (what a rebuilt description gives).
-    from tuner.tasks import is_view
-    for n in fused_groups(fuse(graph, level)):
-        if not is_view(n):
-            assert workload_for_group(describe(n)).key in {t.key for t in tasks}
+    for name, k in kernels.items():
+        assert workload_for_group(describe(k.node)).key in {t.key for t in tasks}
     assert sum(t.occurrences for t in tasks) == len(built)
     assert abs(sum(shares(tasks)) - 1) < 1e-9
     assert [t.weight for t in tasks] == sorted((t.weight for t in tasks), reverse=True)
@@ -110,7 +108,7 @@ def test_tasks_command_lists_and_marks_tuned(db_url, capsys):
     assert main(["tasks", INCEPTION, "--threads", "1", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     kinds = {r["kind"] for r in report["tasks"]}
-    assert kinds == {"conv2d", "dense", "fixed", "injective"}
+    assert kinds == {"conv2d", "dense", "fixed"}   # the concatenation runs in place: no task
     assert not any(r["tuned"] for r in report["tasks"])
     assert main(["tasks", "no/such/model.onnx"]) == 2
     assert "error:" in capsys.readouterr().err

@@ -52,7 +52,7 @@ def test_resume_measures_nothing_twice(templates, store, measurer):
 def test_timeout_and_early_stopping(templates, store, measurer):
     w = Gemm.parse("8x40x8")
     s = tune(w, templates["naive"], store, host_target(),
-             TuneOptions(strategy="grid", trials=4, timeout=0.0, progress=False), measurer=measurer)
+             TuneOptions(strategy="grid", trials=4, timeout=1e-9, progress=False), measurer=measurer)
     assert s.stop_reason == "timeout" and s.measured == 0 and s.best is None
 
 

@@ -19,7 +19,7 @@ pytest.importorskip("onnxruntime", reason="onnxruntime (extra .[onnx]) is not in
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from tuner.compiler.verify_model import compare, verify_onnx  # noqa: E402
-from tuner.errors import UsageError  # noqa: E402
+from workloads.errors import UsageError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")

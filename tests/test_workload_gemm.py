@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 import workloads
-from tuner.errors import UsageError
+from workloads.errors import UsageError
 from workloads.gemm import Gemm
 
 

@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from fault_templates import VariantGemm  # noqa: E402
 
 from tuner.db.store import Store  # noqa: E402
-from tuner.errors import TunerError  # noqa: E402
+from workloads.errors import TunerError  # noqa: E402
 from tuner.measure.measurer import MeasureOptions  # noqa: E402
 from tuner.target import host_target  # noqa: E402
 from tuner.tuning import TuneOptions, tune  # noqa: E402

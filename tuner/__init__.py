@@ -21,7 +21,7 @@ _API = {
     "TuneResult": "tuner.api", "gemm": "tuner.dispatch", "kernel": "tuner.dispatch", "Knob": "search_spaces.space",
     "ConfigSpace": "search_spaces.space", "Constraint": "search_spaces.space", "Workload": "workloads.workload",
     "Template": "search_spaces.template", "Config": "search_spaces.space",
-    "TunerError": "tuner.errors", "UsageError": "tuner.errors",
+    "TunerError": "workloads.errors", "UsageError": "workloads.errors",
 }
 
 

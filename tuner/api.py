@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from search_spaces import template_for
 from search_spaces.space import Config
 from search_spaces.template import Template
-from tuner.errors import UsageError
+from workloads.errors import UsageError
 from workloads.workload import Workload
 
 
@@ -76,21 +77,6 @@ def workload(spec: str | Workload) -> Workload:
     import workloads
 
     return workloads.from_spec(spec)
-
-
-def template_for(w: Workload, name: str | None = None) -> Template:
-    """The template ``name``, or the workload kind's first template (highest priority)."""
-    from search_spaces import get_template, templates_for
-
-    if name is None:
-        names = templates_for(w.kind)
-        if not names:
-            raise UsageError(f"no template is registered for workload kind {w.kind!r}")
-        name = names[0]
-    tpl = get_template(name)
-    if tpl.workload_kind != w.kind:
-        raise UsageError(f"template {name!r} computes {tpl.workload_kind!r} workloads, not {w.kind!r}")
-    return tpl
 
 
 def _threads(threads: int | None) -> int:

@@ -24,7 +24,7 @@ from search_spaces import get_template
 from search_spaces.space import Config
 from tuner import settings
 from tuner.db.store import Best, Store
-from tuner.errors import NoRecordError, UsageError
+from workloads.errors import NoRecordError, UsageError
 from tuner.target import Target, host_target, usable_cores
 
 _WARNED: set[tuple] = set()
@@ -162,9 +162,10 @@ def kernel(spec, *, threads: int | None = None, db: str | None = None, strict: b
            template: str | None = None) -> Kernel:
     """The kernel for a workload (object or spec such as ``"gemm:512x512x512"``) with the best
     record for this target and thread budget applied, or the announced fallback."""
-    from tuner.api import template_for, workload
+    import workloads
+    from search_spaces import template_for
 
-    w = workload(spec)
+    w = workloads.from_spec(spec)
     threads = threads or usable_cores()
     tpl = template_for(w, template)
     return Kernel(w, tpl, select_config(w, tpl, open_store(db), threads=threads, strict=strict))

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from tuner.errors import UsageError
+from workloads.errors import UsageError
 
 # Nominal single-thread rates for the estimate of untuned tasks (flop/s by kind; bytes/s).
 NOMINAL_BANDWIDTH = 5e9
@@ -54,13 +54,6 @@ class Task:
         return self.time * self.occurrences
 
 
-def is_view(node) -> bool:
-    """A group the builder runs as a view of its input (no kernel, so no task)."""
-    from tuner.compiler.compile_model import is_view as builder_is_view
-
-    return builder_is_view(node)
-
-
 def fuse(graph, opt_level: int = 2, layout: str = "NHWC"):
     """The pipeline the builder runs (``tuner.compiler.compile_model.pipeline``)."""
     from tuner.compiler.compile_model import pipeline
@@ -77,13 +70,14 @@ def extract_tasks(graph, *, opt_level: int = 2, fused: bool = False, store=None,
                   threads: int = 1) -> list[Task]:
     """Tasks of ``graph`` (already fused when ``fused``), heaviest share first."""
     from search_spaces import get_template, templates_for
-    from workloads.graph.fusion import fused_groups
+    from tuner.compiler.compile_model import classify_groups
     from workloads.fused import workload_for_group
 
     g = graph if fused else fuse(graph, opt_level)
     tasks: dict[str, Task] = {}
-    for node in fused_groups(g):
-        if is_view(node):
+    groups, _, kinds, _ = classify_groups(g)
+    for node in groups:
+        if kinds[node.name] != "kernel":     # views and in-place concatenations run no kernel
             continue
         w = workload_for_group(node)
         t = tasks.get(w.key)

@@ -47,7 +47,7 @@ class TuneOptions:
     def __post_init__(self) -> None:
         """Checked here so every caller (CLI, ``tuner.tune``, ``tune_model``) gets the same
         one-line ``UsageError`` before anything is measured or recorded."""
-        from tuner.errors import UsageError
+        from workloads.errors import UsageError
         from tuner.search import STRATEGIES
 
         for name in ("trials", "batch_size", "threads"):

@@ -11,7 +11,7 @@ import importlib
 import json
 from typing import Any
 
-from tuner.errors import UsageError
+from workloads.errors import UsageError
 from workloads.workload import Workload
 
 REGISTRY: dict[str, str] = {

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from tuner.errors import UsageError
+from workloads.errors import UsageError
 from workloads.workload import Workload, outside_tolerance
 from workloads.fused_body import build_body, canonical_body_text, is_chain
 

@@ -2,7 +2,7 @@
 description's params (``workloads.fused``'s workloads keep one or the other in their params)."""
 from __future__ import annotations
 
-from tuner.errors import UsageError
+from workloads.errors import UsageError
 
 
 def is_chain(params: dict) -> bool:

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from tuner.errors import UsageError
+from workloads.errors import UsageError
 from workloads.workload import Workload, outside_tolerance
 
 DTYPES = ("float32", "float64", "int32")

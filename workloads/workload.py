@@ -37,7 +37,7 @@ class Workload(ABC):
     def parse_spec(cls, text: str) -> "Workload":
         """The workload a short spec names (``tuner.tune("gemm:1024x1024x1024")``, ``tune gemm
         --shape``); kinds that have one override this."""
-        from tuner.errors import UsageError
+        from workloads.errors import UsageError
 
         raise UsageError(f"workload kind {cls.kind!r} has no short spec; pass a workload object "
                          f"or its key ('{cls.kind}:{{...}}')")

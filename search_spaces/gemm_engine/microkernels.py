@@ -25,7 +25,7 @@ Formulations (knob ``microkernel``):
 """
 from __future__ import annotations
 
-from tuner.errors import InstantiationError
+from workloads.errors import InstantiationError
 
 JIT = "@numba.njit(cache=True{extra})"
 

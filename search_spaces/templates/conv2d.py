@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import itertools
 import json
+from typing import Mapping
 
 from search_spaces.gemm_engine import core
 from search_spaces.epilogue import Epilogue
 from search_spaces.space import Config, ConfigSpace, Constraint, Knob
 from search_spaces.template import Template
-from tuner.errors import InstantiationError
+from workloads.errors import InstantiationError
 
 LOOP_ORDERS = tuple("".join(p) for p in itertools.permutations("mnk"))
 MAX_ACC_REGISTERS = 28
@@ -200,8 +201,6 @@ class Conv2dTemplate(Template):
         return default_gemm_config(sp, pl["M"], pl["N"], pl["K"], max_threads, pack_a, pack_b)
 
     def domain_features(self, params, config, caches=None) -> dict:
-        from search_spaces.templates.features import conv2d_features
-
         return conv2d_features(params, config, caches)
 
     def codegen(self, workload, config: Config) -> str:
@@ -241,3 +240,26 @@ class Conv2dTemplate(Template):
         kern += ["    " + ln for ln in body]
         parts.append(kern)
         return "\n\n\n".join("\n".join(p) for p in parts) + "\n"
+
+
+def conv2d_features(params: Mapping, config: Mapping, caches: Mapping | None = None) -> dict:
+    """conv2d as the implicit GEMM its template computes (``Conv2dTemplate.plan``): the GEMM
+    features of (M, N, K) with the template's fixed choices (LLVM-vector micro-kernel,
+    register write cache), plus the convolution's own: window, stride, the im2col expansion
+    of the packed operand, images per call, and whether the image is read in place."""
+    from search_spaces.templates.features import _log2, gemm_features
+    from workloads.fused import Conv2dGroup
+
+    w = Conv2dGroup.from_params(dict(params))
+    pl, g = Conv2dTemplate.plan(w), w.geometry
+    gemm_cfg = {"microkernel": "intrinsic", "write_cache": True, "unroll_k": 1, **config}
+    f = gemm_features({"M": pl["M"], "N": pl["N"], "K": pl["K"], "dtype": w.dtype}, gemm_cfg, caches)
+    image = g["C"] * g["H"] * g["W"]
+    f.update({
+        "conv_window": float(g["KH"] * g["KW"]), "conv_stride": float(g["SH"] * g["SW"]),
+        "conv_pointwise": float(pl["pointwise"]), "conv_nhwc": float(pl["layout"] == "NHWC"),
+        "conv_im2col_expansion": _log2(pl["K"] * (pl["M"] if pl["layout"] == "NHWC" else pl["N"])
+                                       / max(1, image)),
+        "conv_images": _log2(pl["batches"]),
+    })
+    return f

@@ -23,7 +23,7 @@ from search_spaces.templates.conv2d import default_gemm_config, gemm_constraints
 from search_spaces.epilogue import DTYPE_SRC, Epilogue
 from search_spaces.space import Config, ConfigSpace, Constraint, Knob
 from search_spaces.template import Template
-from tuner.errors import InstantiationError
+from workloads.errors import InstantiationError
 
 
 class DenseTemplate(Template):

@@ -96,29 +96,6 @@ def gemm_features(params: Mapping, config: Mapping, caches: Mapping | None = Non
     }
 
 
-def conv2d_features(params: Mapping, config: Mapping, caches: Mapping | None = None) -> dict:
-    """conv2d as the implicit GEMM its template computes (``Conv2dTemplate.plan``): the GEMM
-    features of (M, N, K) with the template's fixed choices (LLVM-vector micro-kernel,
-    register write cache), plus the convolution's own: window, stride, the im2col expansion
-    of the packed operand, images per call, and whether the image is read in place."""
-    from search_spaces.templates.conv2d import Conv2dTemplate
-    from workloads.fused import Conv2dGroup
-
-    w = Conv2dGroup.from_params(dict(params))
-    pl, g = Conv2dTemplate.plan(w), w.geometry
-    gemm_cfg = {"microkernel": "intrinsic", "write_cache": True, "unroll_k": 1, **config}
-    f = gemm_features({"M": pl["M"], "N": pl["N"], "K": pl["K"], "dtype": w.dtype}, gemm_cfg, caches)
-    image = g["C"] * g["H"] * g["W"]
-    f.update({
-        "conv_window": float(g["KH"] * g["KW"]), "conv_stride": float(g["SH"] * g["SW"]),
-        "conv_pointwise": float(pl["pointwise"]), "conv_nhwc": float(pl["layout"] == "NHWC"),
-        "conv_im2col_expansion": _log2(pl["K"] * (pl["M"] if pl["layout"] == "NHWC" else pl["N"])
-                                       / max(1, image)),
-        "conv_images": _log2(pl["batches"]),
-    })
-    return f
-
-
 def feature_function(template_name: str) -> FeatureFn | None:
     """The domain feature function of the template registered as ``template_name`` (or of its
     family: 'gemm_v3' -> 'gemm'); None when it has none (``Template.domain_features``)."""

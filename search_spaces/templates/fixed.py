@@ -16,7 +16,7 @@ from search_spaces.templates.fixed_vector import (VEC_NAMES, lrn_vector, lrn_vec
                                        max_pool_nchw_vector, max_pool_vector)
 from search_spaces.space import Config, ConfigSpace, Knob
 from search_spaces.template import Template
-from tuner.errors import InstantiationError
+from workloads.errors import InstantiationError
 
 GENERATED = ("max_pool2d", "avg_pool2d", "global_avg_pool2d", "softmax", "lrn")
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from search_spaces.space import Config, ConfigSpace, Constraint, Knob
 from search_spaces.template import Template
-from tuner.errors import InstantiationError
+from workloads.errors import InstantiationError
 from workloads.gemm import Gemm
 
 LOOP_ORDERS = tuple("".join(p) for p in itertools.permutations("mnk"))

@@ -18,7 +18,7 @@ import math
 from search_spaces.epilogue import DTYPE_SRC, ELEMENTWISE_OPS, effective_shape, scalar_op
 from search_spaces.space import Config, ConfigSpace, Constraint, Knob
 from search_spaces.template import Template
-from tuner.errors import InstantiationError
+from workloads.errors import InstantiationError
 
 
 def _body_nodes(w):

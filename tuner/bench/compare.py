@@ -16,7 +16,7 @@ import os
 from search_spaces import get_template
 from search_spaces.space import Config
 from tuner.dispatch import open_store
-from tuner.errors import UsageError
+from workloads.errors import UsageError
 from tuner.measure.measurer import MeasureOptions, Measurer
 from tuner.measure.result import summarize
 from tuner.target import host_target

@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tuner.errors import TunerError
+    from workloads.errors import TunerError
 
     parser = build_parser()
     args = parser.parse_args(argv)

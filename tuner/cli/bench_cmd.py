@@ -66,7 +66,7 @@ def _common(p) -> None:
 
 
 def _ints(text: str, name: str) -> list[int]:
-    from tuner.errors import UsageError
+    from workloads.errors import UsageError
 
     try:
         vals = [int(x) for x in text.split(",") if x.strip()]
@@ -101,7 +101,7 @@ def _mopts(args):
 
 def run_gemm(args) -> int:
     from tuner.bench.gemm_bench import DEFAULT_SHAPES, bench_gemm, table_markdown, write_results
-    from tuner.errors import UsageError
+    from workloads.errors import UsageError
     from tuner.target import usable_cores
     from workloads.gemm import Gemm
 
@@ -134,7 +134,7 @@ def run_ladder(args) -> int:
 
 def run_model(args) -> int:
     from tuner.bench.model_bench import bench_model, table_markdown, write_results
-    from tuner.errors import UsageError
+    from workloads.errors import UsageError
     from tuner.target import usable_cores
 
     threads = _ints(args.threads, "--threads")
@@ -158,7 +158,7 @@ def run_model(args) -> int:
 def run_compare(args) -> int:
     from tuner.bench.compare import bench_compare, compare_markdown
     from tuner.cli.common import threads_of
-    from tuner.errors import UsageError
+    from workloads.errors import UsageError
     from workloads.gemm import Gemm
 
     w = Gemm.parse(args.shape, args.dtype)
@@ -178,7 +178,7 @@ def run_compare(args) -> int:
 def run_report(args) -> int:
     from tuner.bench.gemm_bench import table_markdown
     from tuner.bench.ladder import ladder_markdown
-    from tuner.errors import UsageError
+    from workloads.errors import UsageError
 
     try:
         data = json.loads(Path(args.file).read_text())

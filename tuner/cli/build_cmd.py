@@ -36,7 +36,7 @@ def build_module(args, graph=None):
     """Build ``args.model`` (or ``graph``) with the shared options; returns the module."""
     from tuner.compiler import build
     from tuner.cli.common import threads_of
-    from tuner.errors import UsageError
+    from workloads.errors import UsageError
     from tuner.frontend import load_model
 
     if args.jobs is not None and args.jobs < 1:

@@ -23,7 +23,7 @@ def add_threads_arg(p: argparse.ArgumentParser) -> None:
 
 
 def threads_of(args) -> int:
-    from tuner.errors import UsageError
+    from workloads.errors import UsageError
     from tuner.target import usable_cores
 
     n = args.threads if args.threads is not None else usable_cores()
@@ -35,7 +35,7 @@ def threads_of(args) -> int:
 def workload_of(args):
     """The workload named on the command line; every bad input is a one-line UsageError."""
     import workloads
-    from tuner.errors import UsageError
+    from workloads.errors import UsageError
 
     cls = workloads.workload_class(args.kind)
     if not args.shape:

@@ -110,7 +110,7 @@ def cmd_export(args) -> int:
 
 def cmd_import(args) -> int:
     from tuner.db.jsonl import import_jsonl
-    from tuner.errors import UsageError
+    from workloads.errors import UsageError
 
     store = open_store(args)
     try:

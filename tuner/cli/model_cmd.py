@@ -28,7 +28,7 @@ def register(sub) -> None:
 def run_model(args) -> int:
     from tuner.cli.build_cmd import build_module
     from tuner.cli.common import fmt_time, print_json
-    from tuner.errors import UsageError
+    from workloads.errors import UsageError
     from tuner.frontend import load_model
     from workloads.graph.executor import random_inputs
 
@@ -55,7 +55,7 @@ def run_model(args) -> int:
 def run_verify(args) -> int:
     from tuner.compiler.verify_model import verify_onnx
     from tuner.cli.common import print_json, threads_of
-    from tuner.errors import UsageError
+    from workloads.errors import UsageError
 
     if not args.model.endswith(".onnx"):
         raise UsageError(f"verify compares with ONNX Runtime: give an .onnx model, not {args.model}")

@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from tuner.errors import UsageError
+    from workloads.errors import UsageError
     from workloads.graph.analysis import graph_stats, human_bytes
     from workloads.graph.fusion import describe, fused_groups
     from workloads.graph.passes import DumpIR, PassContext, PassRecorder, pipeline_passes, Sequential

@@ -34,7 +34,7 @@ def register(sub) -> None:
 
 
 def _specs(args) -> list[str]:
-    from tuner.errors import UsageError
+    from workloads.errors import UsageError
     from tuner.replay.runner import PLAIN, TRANSFER
     from tuner.search import STRATEGIES
 
@@ -49,7 +49,7 @@ def _specs(args) -> list[str]:
 
 def run(args) -> int:
     from tuner.cli.common import print_json
-    from tuner.errors import UsageError
+    from workloads.errors import UsageError
     from tuner.replay.table import Table, shipped_tables
 
     if args.table == "list":
@@ -135,6 +135,6 @@ def _plot(table, results, path: str) -> None:
     try:
         fig.savefig(path, dpi=120)
     except OSError as exc:
-        from tuner.errors import UsageError
+        from workloads.errors import UsageError
 
         raise UsageError(f"cannot write plot {path!r}: {exc}") from None

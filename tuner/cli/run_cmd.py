@@ -24,7 +24,7 @@ def run(args) -> int:
 
     from search_spaces import get_template, templates_for
     from tuner.dispatch import load_kernel, select_config
-    from tuner.errors import TunerError
+    from workloads.errors import TunerError
     from tuner.measure.result import summarize
     from tuner.measure.worker import time_callable
     from tuner.target import host_target

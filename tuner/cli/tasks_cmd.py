@@ -66,7 +66,7 @@ def tune_model_cmd(args) -> int:
     import sys
 
     from tuner.cli.common import open_store, print_json, threads_of
-    from tuner.errors import UsageError
+    from workloads.errors import UsageError
     from tuner.measure.measurer import MeasureOptions
     from tuner.search import STRATEGIES
     from tuner.target import host_target

@@ -35,7 +35,7 @@ import numpy as np
 from tuner import settings
 from tuner.compiler.module import Module, Step, Summary
 from tuner.compiler.planner import plan_memory
-from tuner.errors import NoRecordError, TunerError, UsageError
+from workloads.errors import NoRecordError, TunerError, UsageError
 from tuner.dispatch import align_numba_cache
 from workloads.graph.ir import Graph, Node
 
@@ -193,14 +193,23 @@ def plan_groups(g: Graph, *, threads: int, store, strict: bool = False, tuned: b
     and for every other one its workload, template and config (``_Kernel``), before anything
     compiles. Returns (groups, kernels by group, views, kind by group, concat slots); task
     extraction is tested against the workloads chosen here."""
+    groups, views, kinds, slots = classify_groups(g, inplace_concat)
+    kernels = {n.name: _plan_kernel(n, threads=threads, store=store, strict=strict, tuned=tuned)
+               for n in groups if kinds[n.name] == "kernel"}
+    return groups, kernels, views, kinds, slots
+
+
+def classify_groups(g: Graph, inplace_concat: bool = True):
+    """Which fused groups of an optimized graph get a kernel ("kernel"), are a view of their
+    input ("view") or a concatenation computed in place by its inputs' kernels ("concat").
+    Returns (groups, views, kind by group, concat input -> (concat, element offset))."""
     groups = [n for n in g.nodes if n.is_compute]
     stray = [n for n in groups if not n.is_fused]
     if stray:
         raise UsageError(f"build: %{stray[0].name} ({stray[0].op}) is not in a fused group")
-    kernels: dict[str, _Kernel] = {}
     views: set[str] = set()
-    kinds: dict[str, str] = {}                      # group -> kernel / view / concat
-    slots: dict[str, tuple[str, int]] = {}          # concat input -> (concat, element offset)
+    kinds: dict[str, str] = {}
+    slots: dict[str, tuple[str, int]] = {}
     for node in groups:
         cat = _concat_slots(node, kinds) if inplace_concat else None
         if is_view(node):
@@ -212,9 +221,7 @@ def plan_groups(g: Graph, *, threads: int, store, strict: bool = False, tuned: b
             kinds[node.name] = "concat"
         else:
             kinds[node.name] = "kernel"
-            kernels[node.name] = _plan_kernel(node, threads=threads, store=store, strict=strict,
-                                              tuned=tuned)
-    return groups, kernels, views, kinds, slots
+    return groups, views, kinds, slots
 
 
 def build(graph: Graph, *, opt_level: int = 2, threads: int = 1, db: str | None = None,

@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from tuner.errors import UsageError
+from workloads.errors import UsageError
 
 
 @dataclass

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tuner.errors import UsageError
+from workloads.errors import UsageError
 
 RTOL, ATOL = 1e-3, 1e-4   # float32
 

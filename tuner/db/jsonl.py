@@ -17,7 +17,7 @@ from sqlalchemy import select
 from search_spaces.space import Config
 from tuner.db.models import TargetRow, TrialRow
 from tuner.db.store import Store
-from tuner.errors import TunerError, UsageError
+from workloads.errors import TunerError, UsageError
 from tuner.measure.result import Status
 
 FORMAT = "tuner-trial/1"

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from search_spaces.space import Config
 from tuner.db.models import (SCHEMA_VERSION, Base, ClaimRow, Meta, RunRow, TargetRow,
                              TrialRow, WorkloadRow, utcnow)
-from tuner.errors import DatabaseError
+from workloads.errors import DatabaseError
 from tuner.measure.result import MeasureResult, Status
 
 

@@ -12,7 +12,7 @@ import os
 
 def load_model(path: str):
     """A graph from ``path``: ONNX when it ends in ``.onnx``, else the IR text form."""
-    from tuner.errors import UsageError
+    from workloads.errors import UsageError
     from workloads.graph.graph_errors import GraphError
 
     if not os.path.isfile(path):

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from tuner.errors import UsageError
+from workloads.errors import UsageError
 from workloads.graph.builder import GraphBuilder
 from workloads.graph.graph_errors import GraphError
 from workloads.graph.ir import Graph, TensorType

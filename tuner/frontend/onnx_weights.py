@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tuner.errors import UsageError
+from workloads.errors import UsageError
 
 
 _LAYERS = ("conv2d", "dense", "matmul")

@@ -18,7 +18,7 @@ from typing import Sequence
 
 from search_spaces.space import Config
 from tuner import settings
-from tuner.errors import InstantiationError
+from workloads.errors import InstantiationError
 from tuner.measure.pool import Worker, worker_env
 from tuner.measure.result import MeasureResult, Status
 
@@ -37,7 +37,7 @@ class MeasureOptions:
 
     def __post_init__(self) -> None:
         """Every caller (CLI, ``tuner.tune``, scripts) gets the same one-line errors."""
-        from tuner.errors import UsageError
+        from workloads.errors import UsageError
 
         for name in ("threads", "repeat", "min_repeat_ms", "max_time_s", "build_timeout", "run_timeout"):
             value = getattr(self, name)

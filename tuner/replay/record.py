@@ -70,7 +70,7 @@ def import_table(table: Table, store, target) -> int:
     import"), so transfer and the similar-workload fallback can use them. Refused when the
     table was recorded on another target. Returns the number of rows written."""
     from tuner.db.store import TrialRecord
-    from tuner.errors import UsageError
+    from workloads.errors import UsageError
     from workloads import workload_class
 
     if table.header["target"]["key"] != target.key:
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     if not ((a.shape or a.workload) and a.out):
         p.error("recording needs --shape or --workload, and --out")
 
-    from tuner.errors import UsageError
+    from workloads.errors import UsageError
     from tuner.measure.measurer import MeasureOptions, Measurer
     from tuner.target import host_target
     from workloads import from_key

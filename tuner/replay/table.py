@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Iterator, Mapping
 
 from search_spaces.space import Config, ConfigSpace, Constraint, Knob
-from tuner.errors import UsageError
+from workloads.errors import UsageError
 from tuner.measure.result import MeasureResult, Status
 
 FORMAT = "tuner-replay-table"

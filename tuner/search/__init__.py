@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import importlib
 
-from tuner.errors import UsageError
+from workloads.errors import UsageError
 
 STRATEGIES: dict[str, str] = {
     "random": "tuner.search.random_search:RandomStrategy",

@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from tuner.errors import UsageError
+from workloads.errors import UsageError
 from workloads.graph.graph_errors import GraphError
 from workloads.graph.ir import CONST, FUSED, INPUT, Graph, Node
 from workloads.graph.ops import get_op

@@ -1,7 +1,7 @@
-"""Errors of the graph layer; all derive from ``tuner.errors.TunerError`` (one line each)."""
+"""Errors of the graph layer; all derive from ``workloads.errors.TunerError`` (one line each)."""
 from __future__ import annotations
 
-from tuner.errors import TunerError, UsageError
+from workloads.errors import TunerError, UsageError
 
 
 class GraphError(TunerError):

@@ -12,7 +12,7 @@ transforms (``A->B`` then ``B->A``, here or in the input) cancel. Kernel weights
 """
 from __future__ import annotations
 
-from tuner.errors import UsageError
+from workloads.errors import UsageError
 from workloads.graph.builder import has_side_effect
 from workloads.graph.ir import Graph, Node
 from workloads.graph.ops import OpPattern, get_op

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence, TextIO
 
-from tuner.errors import TunerError, UsageError
+from workloads.errors import TunerError, UsageError
 from workloads.graph.graph_errors import PassError
 from workloads.graph.ir import Graph
 

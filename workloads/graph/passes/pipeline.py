@@ -8,7 +8,7 @@
 """
 from __future__ import annotations
 
-from tuner.errors import UsageError
+from workloads.errors import UsageError
 from workloads.graph.ir import Graph
 from workloads.graph.passes.cleanup import DeadCodeElimination, EliminateCommonSubexpr
 from workloads.graph.passes.convert_layout import ConvertLayout

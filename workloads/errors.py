@@ -1,4 +1,5 @@
-"""One root for every error that reaches the user.
+"""One root for every error that reaches the user (the bottom of the package stack, so every
+layer raises them without importing upwards; ``tuner.TunerError`` etc. name the same classes).
 
 ``TunerError`` and its subclasses carry a message meant to be printed as one line; the CLI
 prints it and exits with code 2 (``UserError``-style exit). Anything else escaping is a bug.
