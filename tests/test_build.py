@@ -169,12 +169,13 @@ def test_strict_build_refuses_fallbacks(conv_block, tmp_path):
 
 def test_unsupported_group_runs_with_numpy_visibly(conv_block, tmp_path, monkeypatch):
     import workloads.fused as fused
+    from workloads.errors import UsageError
 
     real = fused.workload_for_group
 
     def no_softmax(node):
         if any(n.op == "softmax" for n in node.body.nodes):
-            raise workloads.errors.UsageError("softmax: not supported here")
+            raise UsageError("softmax: not supported here")
         return real(node)
 
     monkeypatch.setattr(fused, "workload_for_group", no_softmax)
