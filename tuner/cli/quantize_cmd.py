@@ -62,8 +62,6 @@ def _load(args):
 
 
 def run(args: argparse.Namespace) -> int:
-    import sys
-
     from tuner.cli.common import print_json
     from tuner.errors import UsageError
     from tuner.quant.calibrate import samples_from_arg
@@ -78,10 +76,8 @@ def run(args: argparse.Namespace) -> int:
     reduce_range = default_reduce_range() if args.reduce_range is None else args.reduce_range
     from tuner.quant.flow import quantize_model
 
-    progress = None if args.json else (lambda m: print(m, file=sys.stderr))
     run_ = quantize_model(graph, samples, method=args.method, percentile=args.percentile,
-                          reduce_range=reduce_range, db=args.db, recalibrate=args.recalibrate,
-                          progress=progress)
+                          reduce_range=reduce_range, db=args.db, recalibrate=args.recalibrate)
     q = run_.quantized
     cov = q.coverage.to_dict()
     result = {"model": args.model, "method": args.method, "calibration": run_.calibration.samples,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -240,8 +240,7 @@ class Calibration:
 
 
 def calibrate(graph: Graph, samples: Samples, method: str = "minmax",
-              percentile: float = DEFAULT_PERCENTILE,
-              progress: Callable[[str], None] | None = None) -> Calibration:
+              percentile: float = DEFAULT_PERCENTILE) -> Calibration:
     """Ranges of every float tensor of ``graph`` (typed, canonical) over ``samples``."""
     if method not in METHODS:
         raise UsageError(f"unknown calibration method {method!r}; choose one of {', '.join(METHODS)}")
@@ -257,8 +256,6 @@ def calibrate(graph: Graph, samples: Samples, method: str = "minmax",
                 raise UsageError(f"calibration: tensor %{n} holds NaN/inf on a calibration input "
                                  "(the FP32 model overflows on this data)")
             stats[n].add_minmax(a)
-    if progress:
-        progress(f"calibration pass 1 ({method}): {len(samples)} inputs, {len(names)} tensors")
     if method != "minmax":
         for values in _run_all(graph, names, samples):
             for n, a in values.items():

@@ -3,10 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
-
 from tuner.graph.ir import Graph
-from tuner.graph.passes.quantize import QuantizedGraph, quantize_graph
+from tuner.graph.passes.quantize import QuantizedGraph, check_quantizable, quantize_graph
 from tuner.quant import records
 from tuner.quant.calibrate import Calibration, Samples, calibrate
 
@@ -30,13 +28,14 @@ class QuantRun:
 
 
 def quantize_model(graph: Graph, samples: Samples, *, method: str, percentile: float,
-                   reduce_range: bool, db: str | None = None, recalibrate: bool = False,
-                   progress: Callable[[str], None] | None = None) -> QuantRun:
+                   reduce_range: bool, db: str | None = None,
+                   recalibrate: bool = False) -> QuantRun:
     """Calibrate (or reuse the stored calibration of the same model, data, method and
     target), quantize, and store the calibration record (only after both succeeded)."""
     from tuner.target import host_target
 
     fp = canonical(graph)
+    check_quantizable(fp)   # before the (long) calibration
     target = host_target()
     digest = records.graph_digest(fp)
     key = records.record_key(digest, method, samples.source,
@@ -46,7 +45,7 @@ def quantize_model(graph: Graph, samples: Samples, *, method: str, percentile: f
     calib = None if recalibrate else records.load(path)
     reused = calib is not None
     if calib is None:
-        calib = calibrate(fp, samples, method, percentile, progress=progress)
+        calib = calibrate(fp, samples, method, percentile)
     qg = quantize_graph(fp, calib.ranges, reduce_range=reduce_range)
     if not reused:
         records.save(path, calib, model=graph.name, digest=digest, reduce_range=reduce_range,

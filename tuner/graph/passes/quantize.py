@@ -341,14 +341,20 @@ class _Emitter:
         self.f[n.name] = n.name
 
 
-def quantize_graph(graph: Graph, ranges: Mapping[str, tuple[float, float]], *,
-                   reduce_range: bool) -> QuantizedGraph:
-    """The 8-bit graph of ``graph`` given calibrated ``ranges`` (see the module docstring)."""
-    chains, reasons = _plan(graph)
+def check_quantizable(graph: Graph) -> None:
+    """UsageError when no op of ``graph`` would be quantized (before calibrating it)."""
+    chains, _ = _plan(graph)
     if not any(c.kind in ("anchor", "qadd") for c in chains):
         ops = sorted({n.op for n in graph.nodes if n.is_compute})
         raise UsageError(f"graph {graph.name}: nothing to quantize (no conv2d/dense/matmul with a "
                          f"constant weight and no residual add; ops: {', '.join(ops) or 'none'})")
+
+
+def quantize_graph(graph: Graph, ranges: Mapping[str, tuple[float, float]], *,
+                   reduce_range: bool) -> QuantizedGraph:
+    """The 8-bit graph of ``graph`` given calibrated ``ranges`` (see the module docstring)."""
+    check_quantizable(graph)
+    chains, reasons = _plan(graph)
     params = _params(graph, chains, ranges)
     cov = Coverage()
     em = _Emitter(graph, params, cov)
