@@ -162,3 +162,30 @@ def test_calibration_of_another_graph_is_reported():
     fp = canonical(conv_net())
     with pytest.raises(UsageError, match="no range for"):
         quantize_graph(fp, {"x": (0.0, 1.0)}, reduce_range=True)
+
+
+def test_standalone_relu_and_fused_clip():
+    """relu after a max pool runs on uint8 as a clamp of levels; relu6 (clip 0..6) after a
+    conv becomes requantize's qmin/qmax; flatten passes uint8 through to the dense head."""
+    rng = np.random.default_rng(5)
+    b = GraphBuilder("relu6")
+    x = b.input("x", (1, 2, 8, 8))
+    c = b.op("conv2d", x, b.const(rng.standard_normal((4, 2, 3, 3)).astype(np.float32)))
+    r = b.op("relu", b.op("max_pool2d", c, pool_size=[2, 2], strides=[2, 2]))
+    c2 = b.op("clip", b.op("conv2d", r, b.const(rng.standard_normal((4, 4, 1, 1)).astype(np.float32))),
+              a_min=0.0, a_max=6.0)
+    g = canonical(b.build(b.op("dense", b.op("flatten", c2), b.const(rng.standard_normal((3, 36)).astype(np.float32)))))
+    calib = calibrate(g, random_samples(g, 8), "minmax")
+    q = quantize_graph(g, calib.ranges, reduce_range=True)
+    qg = q.graph
+    ops = [n.op for n in qg.nodes if n.is_compute]
+    assert ops == ["quantize", "qconv2d", "requantize", "max_pool2d", "clip", "qconv2d",
+                   "requantize", "flatten", "qdense", "requantize"]
+    clip = next(n for n in qg.nodes if n.op == "clip")
+    assert clip.type.dtype == "uint8" and clip.attrs["a_min"] == q.params[r.name].zero_point
+    rq = [n for n in qg.nodes if n.op == "requantize"][1]
+    p = q.params[c2.name]
+    assert rq.attrs["qmin"] == p.zero_point and rq.attrs["qmax"] == p.level(6.0)
+    assert q.coverage.to_dict()["ops_fp32"] == 0
+    rep = compare(g, q, random_samples(g, 4, first_seed=300))
+    assert min(r["cosine"] for r in rep["ops"]) > 0.99

@@ -96,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
         if args.ort:
             from tuner.quant.ort_compare import ort_agreement
             result["onnxruntime"] = ort_agreement(model, graph, samples, report_samples,
-                                                  reduce_range=reduce_range, method=args.method)
+                                                  reduce_range=reduce_range, method=args.method,
+                                                  percentile=args.percentile)
     if args.json:
         print_json(result)
         return 0

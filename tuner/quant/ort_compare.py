@@ -7,6 +7,9 @@ top-1 agreement (and accuracy when labelled) is reported beside ours.
 """
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import os
 import tempfile
 
@@ -20,7 +23,7 @@ _METHODS = {"minmax": "MinMax", "percentile": "Percentile", "entropy": "Entropy"
 
 
 def ort_agreement(model, graph: Graph, calib: Samples, inputs: Samples, *, reduce_range: bool,
-                  method: str) -> dict:
+                  method: str, percentile: float = 99.99) -> dict:
     """{"top1_agreement", "top5_agreement", ["accuracy_fp32", "accuracy_int8"], ...}."""
     if model is None:
         raise UsageError("--ort needs an .onnx model")
@@ -44,10 +47,18 @@ def ort_agreement(model, graph: Graph, calib: Samples, inputs: Samples, *, reduc
         src, dst = os.path.join(d, "fp32.onnx"), os.path.join(d, "int8.onnx")
         with open(src, "wb") as fh:
             fh.write(model.SerializeToString())
-        quantize_static(src, dst, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                        reduce_range=reduce_range,
-                        calibrate_method=getattr(CalibrationMethod, _METHODS[method]))
+        root = logging.getLogger()
+        level = root.level
+        root.setLevel(logging.ERROR)   # ORT's "consider pre-processing" warnings
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):   # ORT prints calibration progress
+                quantize_static(src, dst, Reader(), quant_format=QuantFormat.QDQ,
+                                per_channel=True, activation_type=QuantType.QUInt8,
+                                weight_type=QuantType.QInt8, reduce_range=reduce_range,
+                                calibrate_method=getattr(CalibrationMethod, _METHODS[method]),
+                                extra_options={"CalibPercentile": percentile})
+        finally:
+            root.setLevel(level)
         so = ort.SessionOptions()
         so.intra_op_num_threads = 1
         so.log_severity_level = 3
@@ -65,6 +76,7 @@ def ort_agreement(model, graph: Graph, calib: Samples, inputs: Samples, *, reduc
     top5 = np.argsort(-qa, axis=1, kind="stable")[:, :min(5, qa.shape[1])]
     out = {"version": ort.__version__, "format": "QDQ", "per_channel": True,
            "reduce_range": reduce_range, "calibrate_method": _METHODS[method],
+           "percentile": percentile if method == "percentile" else None,
            "top1_agreement": float(np.mean(top5[:, 0] == top1)),
            "top5_agreement": float(np.mean((top5 == top1[:, None]).any(axis=1)))}
     if inputs.labels is not None and inputs.labels.shape[0] == fa.shape[0]:
