@@ -106,8 +106,10 @@ def run(args: argparse.Namespace) -> int:
           f"({'reused' if run_.reused else 'stored'}: {run_.record})")
     if rep is not None:
         print(format_report(rep))
-        if "onnxruntime" in result:
-            o = result["onnxruntime"]
+        o = result.get("onnxruntime")
+        if o is not None and o["status"] != "ok":
+            print(f"ONNX Runtime {o['version']} quantize_static failed: {o['error']}")
+        elif o is not None:
             print(f"ONNX Runtime {o['version']} quantize_static (QDQ, per channel, U8S8, "
                   f"reduce_range={o['reduce_range']}, {o['calibrate_method']}): top-1 agreement "
                   f"{100 * o['top1_agreement']:.2f}%"

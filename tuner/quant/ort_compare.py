@@ -22,17 +22,38 @@ from tuner.quant.calibrate import Samples
 _METHODS = {"minmax": "MinMax", "percentile": "Percentile", "entropy": "Entropy"}
 
 
+QDQ_OPSET = 13   # per-channel DequantizeLinear (its axis attribute) needs opset 13
+
+
 def ort_agreement(model, graph: Graph, calib: Samples, inputs: Samples, *, reduce_range: bool,
                   method: str, percentile: float = 99.99) -> dict:
-    """{"top1_agreement", "top5_agreement", ["accuracy_fp32", "accuracy_int8"], ...}."""
+    """{"status": "ok", "top1_agreement", "top5_agreement", ["accuracy_fp32",
+    "accuracy_int8"], ...}, or {"status": "failed", "error": ...} when ONNX Runtime cannot
+    quantize or run the model (a failure of the competitor is a result, not a crash)."""
     if model is None:
         raise UsageError("--ort needs an .onnx model")
     try:
         import onnxruntime as ort
-        from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod,
-                                              QuantFormat, QuantType, quantize_static)
+        from onnxruntime.quantization import quantize_static  # noqa: F401
     except ImportError:
         raise UsageError("--ort needs onnxruntime: pip install 'tuner[onnx]'") from None
+    try:
+        return {"status": "ok", **_run(model, graph, calib, inputs, reduce_range, method, percentile)}
+    except Exception as exc:  # ORT's InvalidGraph, Fail, converter errors ...
+        msg = " ".join(str(exc).split())[:300] or type(exc).__name__
+        return {"status": "failed", "version": ort.__version__, "error": msg}
+
+
+def _run(model, graph: Graph, calib: Samples, inputs: Samples, reduce_range: bool, method: str,
+         percentile: float) -> dict:
+    import onnx
+    import onnxruntime as ort
+    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod,
+                                          QuantFormat, QuantType, quantize_static)
+
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), QDQ_OPSET)
+    if opset < QDQ_OPSET:
+        model = onnx.version_converter.convert_version(model, QDQ_OPSET)
     names = [p.name for p in graph.inputs]
 
     class Reader(CalibrationDataReader):
@@ -75,6 +96,7 @@ def ort_agreement(model, graph: Graph, calib: Samples, inputs: Samples, *, reduc
     top1 = fa.argmax(axis=1)
     top5 = np.argsort(-qa, axis=1, kind="stable")[:, :min(5, qa.shape[1])]
     out = {"version": ort.__version__, "format": "QDQ", "per_channel": True,
+           "opset": max(opset, QDQ_OPSET),
            "reduce_range": reduce_range, "calibrate_method": _METHODS[method],
            "percentile": percentile if method == "percentile" else None,
            "top1_agreement": float(np.mean(top5[:, 0] == top1)),
