@@ -175,3 +175,32 @@ def test_squeezenet_light_end_to_end(capsys, db_url):
     e = out["report"]["end_to_end"]
     assert e["classes"] == 1000 and e["top5_agreement"] == 1.0
     assert min(r["cosine"] for r in out["report"]["ops"]) > 0.99
+
+
+def test_onnxruntime_on_an_opset_9_model_and_its_failures_as_results(monkeypatch):
+    """The light models are opset 9: converted to 13 for ORT's per-channel QDQ. When ORT
+    cannot quantize or run a model, the comparison is a result with a status."""
+    pytest.importorskip("onnxruntime", reason="--ort needs onnxruntime")
+    import onnx
+
+    from tuner.build.verify import prepare
+    from tuner.quant import ort_compare
+    from tuner.quant.calibrate import random_samples
+
+    path = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light",
+                        "light_squeezenet.onnx")
+    if not os.path.isfile(path):
+        pytest.skip("this onnx wheel ships no light models")
+    model, graph = prepare(path, 0)
+    res = ort_compare.ort_agreement(model, graph, random_samples(graph, 2),
+                                    random_samples(graph, 2, 10_000), reduce_range=True,
+                                    method="minmax")
+    assert res["status"] == "ok" and res["opset"] == 13 and res["top5_agreement"] == 1.0
+
+    def broken(*args, **kw):
+        raise RuntimeError("[ONNXRuntimeError] : 10 : INVALID_GRAPH : something\nsecond line")
+
+    monkeypatch.setattr(ort_compare, "_run", broken)
+    res = ort_compare.ort_agreement(model, graph, random_samples(graph, 1),
+                                    random_samples(graph, 1), reduce_range=True, method="minmax")
+    assert res["status"] == "failed" and "INVALID_GRAPH" in res["error"] and "\n" not in res["error"]
