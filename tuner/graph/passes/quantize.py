@@ -186,8 +186,7 @@ def _plan(g: Graph) -> tuple[list[Chain], dict[str, str]]:
                 more, _, act = _extend(g, n, None)
                 chain = Chain("qadd", (n.name, *more), None, act)
         elif n.op in PASS_THROUGH and float_out:
-            ins = [i for i in n.inputs]
-            if all(i in eight_bit for i in ins):
+            if all(i in eight_bit for i in n.inputs):
                 chain = Chain("pass", (n.name,))
             else:
                 reasons[n.name] = "input is FP32 (its producer is not quantized)"
