@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "tuner.cli.replay_cmd",
     "tuner.cli.build_cmd",
     "tuner.cli.model_cmd",
+    "tuner.cli.quantize_cmd",
 ]
 
 

@@ -92,5 +92,6 @@ def random_inputs(graph: Graph, seed: int = 0) -> list[np.ndarray]:
         if t.is_float:
             out.append(rng.standard_normal(t.shape).astype(t.dtype))
         else:
-            out.append(rng.integers(-8, 8, size=t.shape).astype(t.dtype))
+            lo = 0 if t.dtype == "uint8" else -8  # stay inside every integer dtype's range
+            out.append(rng.integers(lo, lo + 16, size=t.shape).astype(t.dtype))
     return out

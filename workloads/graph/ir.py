@@ -24,7 +24,7 @@ import numpy as np
 
 from workloads.graph.graph_errors import GraphError
 
-DTYPES = ("float32", "float64", "int32", "int64")
+DTYPES = ("float32", "float64", "int32", "int64", "uint8", "int8")  # 8-bit: quantized values
 INPUT, CONST, FUSED = "input", "const", "fused"
 BUILTIN_OPS = (INPUT, CONST, FUSED)
 
