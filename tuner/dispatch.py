@@ -25,7 +25,7 @@ from search_spaces.space import Config
 from tuner import settings
 from tuner.db.store import Best, Store
 from tuner.errors import NoRecordError, UsageError
-from tuner.target import Target, host_target, usable_cores
+from tuner.target import Target, host_target, require_runnable, usable_cores
 
 _WARNED: set[tuple] = set()
 _LOCK = threading.Lock()
@@ -117,6 +117,7 @@ def load_kernel(workload, template, config: Config):
     key = (workload.key, f"{template.name}/{template.version}/{config.hash}")
     fn = _KERNELS.get(key)
     if fn is None:
+        require_runnable()
         align_numba_cache()
         path = write_source(template.codegen(workload, config))
         name = "tuner_kernel_" + path.stem

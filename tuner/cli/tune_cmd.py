@@ -55,7 +55,7 @@ def _positive(name: str, value, allow_none: bool = False) -> None:
 def run(args) -> int:
     from search_spaces import get_template, templates_for
     from tuner.measure.measurer import MeasureOptions
-    from tuner.target import host_target
+    from tuner.target import host_target, require_runnable
     from tuner.tuning import TuneOptions, tune
 
     if args.kind == "model" or args.model is not None:
@@ -75,6 +75,7 @@ def run(args) -> int:
     template = get_template(args.template or templates_for(workload.kind)[0])
     store = open_store(args)
     target = host_target()
+    require_runnable(target)
     opts = TuneOptions(strategy=args.strategy, trials=args.trials, timeout=args.timeout,
                        seed=args.seed, threads=threads, batch_size=args.batch_size,
                        early_stopping=args.early_stopping, progress=not args.no_progress,
