@@ -211,9 +211,17 @@ class Conv2dTemplate(Template):
             # 4-9%, N = 784: 2-5%, N = 169/729: 2-3%); at N = 3136 it loses 10% to 4 x 48.
             # Widths in elements (16, 32, 48 on AVX-512 fp32), rows those that fit the
             # register file with them (AVX2: 16 fp32 columns are 2 ymm, so 6 or 4 rows).
+            # AVX2 (16 ymm): 4 rows x 3 vectors (12 + 3 + 1 = 16) at every N. ResNet-50 NCHW
+            # convs, Zen 3, 1 thread, CPU time, paired (load ~11 from other jobs): 4 x 24 beat
+            # 4 x 16 on 7 of 8 layers (sum 53.1 vs 55.1 ms), 8 x 8 was 1.9x slower, 6 x 16 with
+            # A packed (M % 6 != 0) 1.2x slower; the AVX-512-shaped 8 x 16 / 16-lane tile
+            # (what ran here before) 2.4-2.9x slower (docs/isa.md).
             nrs = sp.knob("nr").values
             vec = sp.knob("vec").values[-1]
-            nr = 16 if pl["N"] < 1024 and 16 in nrs else best_nr(pl["N"], nrs, threshold=1.15)
+            if isa.current().registers < 32:
+                nr = nrs[-1]
+            else:
+                nr = 16 if pl["N"] < 1024 and 16 in nrs else best_nr(pl["N"], nrs, threshold=1.15)
             rows = [r for r in ((8, 6, 4) if nr <= 2 * vec else (4, 6, 8))
                     if isa.current().spill_reason(r, nr // vec) is None]
             mr = next((r for r in rows if pl["M"] % r == 0), rows[0])

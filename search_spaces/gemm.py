@@ -198,9 +198,14 @@ class GemmTemplate(Template):
         threads = 1 if w.flops() < SMALL_PARALLEL_FLOPS else max(1, max_threads)
         # one equal N block per thread while that block stays moderate, else 1024-column blocks
         tile_n = 1024 if threads == 1 or _split(w.N, threads) > 1024 else _split(w.N, threads)
+        # AVX2 (6 x 16 fp32 tile: 12 + 2 + 1 of 16 ymm, no spill in the K loop) takes deeper K
+        # blocks: 1024^3 on Zen 3, 1 thread, CPU time beside NumPy in one process (load ~12 from
+        # other jobs): tile_k 384 0.82x, 512 0.87x, 768 0.87x, 1024 0.88x; 2 threads 512 also
+        # ahead of 384 (docs/isa.md). AVX-512 keeps 384.
+        deep_k = 384 if w.M >= 128 and isa.current().vector_bits >= 512 else 512
         cfg = {
             "tile_m": _pick(sp, "tile_m", 96), "tile_n": _pick(sp, "tile_n", tile_n, at_least=True),
-            "tile_k": _pick(sp, "tile_k", 384 if w.M >= 128 else 512), "mr": 6, "nr": 2 * L,
+            "tile_k": _pick(sp, "tile_k", deep_k), "mr": 6, "nr": 2 * L,
             "loop_order": "nkm", "pack_a": True, "pack_b": True, "microkernel": "intrinsic",
             "vec": L, "unroll_k": 1, "write_cache": True,
             "parallel": "n" if threads > 1 else "none", "threads": threads,
