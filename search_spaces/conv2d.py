@@ -209,9 +209,8 @@ class Conv2dTemplate(Template):
             # 6 rows 3.11 ms at K = 4608).
             # v3, paired runs: below N = 1024 an 8 x 16 tile beats 8 x 32 / 4 x 48 (N = 196:
             # 4-9%, N = 784: 2-5%, N = 169/729: 2-3%); at N = 3136 it loses 10% to 4 x 48.
-            # Widths in elements (16, 32, 48 on AVX-512 fp32), rows those that fit the
-            # register file with them (AVX2: 16 fp32 columns are 2 ymm, so 6 or 4 rows).
-            # AVX2 (16 ymm): 4 rows x 3 vectors (12 + 3 + 1 = 16) at every N. ResNet-50 NCHW
+            # Widths are in elements (16, 32, 48 on AVX-512 fp32); rows are those that fit the
+            # register file beside them (isa.Isa.spill_reason). AVX2 (16 ymm): 4 rows x 3 vectors (12 + 3 + 1 = 16) at every N. ResNet-50 NCHW
             # convs, Zen 3, 1 thread, CPU time, paired (load ~11 from other jobs): 4 x 24 beat
             # 4 x 16 on 7 of 8 layers (sum 53.1 vs 55.1 ms), 8 x 8 was 1.9x slower, 6 x 16 with
             # A packed (M % 6 != 0) 1.2x slower; the AVX-512-shaped 8 x 16 / 16-lane tile
