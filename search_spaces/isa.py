@@ -30,6 +30,7 @@ from tuner.errors import UsageError
 _AVX2 = ("sse4.2", "avx", "avx2", "fma", "f16c", "bmi2")
 _SKX = _AVX2 + ("avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl")
 KNOWN_CPUS: dict[str, tuple[str, ...]] = {
+    "generic": ("sse2",),   # Numba's NUMBA_CPU_NAME=generic (portable caches)
     "x86-64": ("sse2",),
     "x86-64-v2": ("sse2", "sse4.2"),
     "sandybridge": ("sse4.2", "avx"),
