@@ -272,3 +272,25 @@ def test_override_the_host_cannot_execute_is_refused_but_shown(tmp_path):
         assert len(lines) == 1 and "avx512f" in lines[0] and "not measured or run" in lines[0]
     bad = _tuner("target", env_extra={"TUNER_CPU": "pentium3"})
     assert bad.returncode == 2 and "known:" in bad.stderr
+
+
+def test_record_invalid_on_this_isa_is_set_aside(store, capsys):
+    """A record tuned before the spaces followed the ISA (16-lane tiles on an AVX2 target)
+    is not applied: dispatch falls back to the default instead of failing in codegen."""
+    from tuner.dispatch import select_config
+
+    t = get_template("gemm")
+    w = Gemm(96, 96, 96)
+    target = host_target()
+    with isa.using(isa.AVX512):
+        wide = t.default_config(w, 1)
+    run = store.start_run(target, "test", "random", 1)
+    store.add_trials(run, w, target, [TrialRecord(t.name, t.version, wide, 1,
+                                                  MeasureResult(Status.OK, [1e-4] * 3))])
+    with isa.using(isa.AVX2):
+        assert t.space(w, 1).violation(wide)
+        sel = select_config(w, t, store, target, 1)
+        assert sel.source == "fallback" and t.space(w, 1).is_valid(sel.config)
+    assert "not a valid config" in capsys.readouterr().err
+    with isa.using(isa.AVX512):
+        assert select_config(w, t, store, target, 1, quiet=True).config == wide

@@ -66,6 +66,17 @@ def select_config(workload, template, store: Store, target: Target | None = None
     target = target or host_target()
     best = store.best(workload.key, target.key, threads, template.name, template.version)
     if best is not None:
+        # A record from before the spaces followed the ISA (e.g. a 16-lane config on AVX2)
+        # would fail codegen: set it aside, loudly, and fall back.
+        invalid = template.space(workload, max(threads, usable_cores())).violation(best.config)
+        if invalid:
+            if not quiet:
+                _warn_once(("invalid", workload.key, target.key, threads),
+                           f"record for {workload} on {target.key} is not a valid config of "
+                           f"template {template.name} v{template.version} here ({invalid}); "
+                           f"ignoring it. Retune with: {tune_command(workload, threads)}")
+            best = None
+    if best is not None:
         drift = _version_drift(best, target)
         if not drift:
             return Selection(best.config, "tuned", best)
