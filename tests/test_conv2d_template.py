@@ -61,7 +61,8 @@ def test_nchw_im2col_rows_every_stride(k, s, pad):
     assert t.plan(w)["b"] == ("direct" if k == 1 and s == 1 else "im2col_nchw")
     assert check(w, t.default_config(w, 1)) is None
     sp = t.space(w, 1)
-    for tn, nr in ((16, 16), (32, 32), (48, 48)):
+    for nr in sp.knob("nr").values:   # 1, 2 and 3 vectors of the ISA (AVX-512: 16, 32, 48)
+        tn = min(v for v in sp.knob("tile_n").values if v % nr == 0)
         cfg = t.default_config(w, 1).replace(tile_n=tn, nr=nr, mr=4, tile_k=16, tile_m=16)
         assert sp.is_valid(cfg), sp.violation(cfg)
         # A last panel at most half a vector wide gets the half-width micro-kernel.
@@ -78,7 +79,8 @@ def test_pointwise_conv_reads_operands_in_place(level):
     sp = t.space(w, 1)
     assert sp.knob("pack_a").values == (False, True) and sp.knob("pack_b").values == (False, True)
     d = t.default_config(w, 1)
-    cfg = d.replace(pack_a=False, pack_b=False, mr=6, nr=16, vec=16, tile_m=sp.knob("tile_m").values[-1],
+    cfg = d.replace(pack_a=False, pack_b=False, mr=6, nr=16, vec=sp.knob("vec").values[-1],
+                    tile_m=sp.knob("tile_m").values[-1],
                     tile_n=sp.knob("tile_n").values[-1], tile_k=16, loop_order="mnk")
     assert sp.is_valid(cfg), sp.violation(cfg)
     assert check(w, cfg) is None

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from search_spaces import get_template
-from search_spaces.templates.gemm import GemmTemplate
+from search_spaces.templates.gemm import GemmTemplate, native_lanes
 from search_spaces.space import Config
 from workloads.errors import InstantiationError
 from workloads.gemm import Gemm
@@ -71,7 +71,8 @@ def test_constraints_reject_before_compile():
     assert "threads" in sp.violation(good.replace(parallel="none", threads=2))
     assert "threads" in sp.violation(good.replace(parallel="m", threads=1))
     assert "smaller" in sp.violation(good.replace(tile_n=16, nr=32))
-    assert "registers" in sp.violation(good.replace(microkernel="unrolled", mr=16, nr=64))
+    L = native_lanes(w.dtype)   # 16 fp32 lanes on AVX-512, 8 on AVX2
+    assert "registers" in sp.violation(good.replace(microkernel="unrolled", mr=16, nr=4 * L))
     with pytest.raises(InstantiationError):
         t.codegen(w, good.replace(tile_n=16, nr=32))
 
@@ -214,7 +215,7 @@ def test_rowaxpy_correct(build_dir, shape, dtype, parallel, threads, unroll, til
     t = GemmTemplate()
     w = Gemm(*shape, dtype)
     sp = t.space(w, max_threads=2)
-    L = 8 if dtype == "float64" else 16
+    L = native_lanes(dtype)
     cfg = Config({"tile_m": sp.knob("tile_m").values[-1], "tile_k": sp.knob("tile_k").values[-1],
                   "tile_n": min(v for v in sp.knob("tile_n").values if v >= tile_n),
                   "mr": 1, "nr": L, "vec": L, "pack_a": False, "pack_b": False,

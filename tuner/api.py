@@ -102,7 +102,7 @@ def tune(spec: str | Workload, *, trials: int = 64, strategy: str = "model",
     where the first stopped). ``echo`` receives the header lines the CLI prints."""
     from tuner.dispatch import open_store
     from tuner.measure.measurer import MeasureOptions
-    from tuner.target import host_target
+    from tuner.target import host_target, require_runnable
     from tuner.tuning import TuneOptions, tune as run_tuning
 
     w = workload(spec)
@@ -114,8 +114,9 @@ def tune(spec: str | Workload, *, trials: int = 64, strategy: str = "model",
     mopts = MeasureOptions(threads=n, repeat=repeat, min_repeat_ms=min_repeat_ms,
                            run_timeout=run_timeout, build_timeout=build_timeout)
     tpl = template_for(w, template)
-    store = open_store(db)
     target = host_target()
+    require_runnable(target)      # a TUNER_CPU whose ISA this machine cannot execute
+    store = open_store(db)
     if echo is not None:
         space = tpl.space(w, n)
         n_valid = space.count_valid()

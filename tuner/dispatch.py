@@ -25,7 +25,7 @@ from search_spaces.space import Config
 from tuner import settings
 from tuner.db.store import Best, Store
 from workloads.errors import NoRecordError, UsageError
-from tuner.target import Target, host_target, usable_cores
+from tuner.target import Target, host_target, require_runnable, usable_cores
 
 _WARNED: set[tuple] = set()
 _LOCK = threading.Lock()
@@ -62,6 +62,17 @@ def select_config(workload, template, store: Store, target: Target | None = None
                   threads: int = 1, strict: bool = False, quiet: bool = False) -> Selection:
     target = target or host_target()
     best = store.best(workload.key, target.key, threads, template.name, template.version)
+    if best is not None:
+        # A record from before the spaces followed the ISA (e.g. a 16-lane config on AVX2)
+        # would fail codegen: set it aside, loudly, and fall back.
+        invalid = template.space(workload, max(threads, usable_cores())).violation(best.config)
+        if invalid:
+            if not quiet:
+                _warn_once(("invalid", workload.key, target.key, threads),
+                           f"record for {workload} on {target.key} is not a valid config of "
+                           f"template {template.name} v{template.version} here ({invalid}); "
+                           f"ignoring it. Retune with: {tune_command(workload, threads)}")
+            best = None
     if best is not None:
         drift = _version_drift(best, target)
         if not drift:
@@ -114,6 +125,7 @@ def load_kernel(workload, template, config: Config):
     key = (workload.key, f"{template.name}/{template.version}/{config.hash}")
     fn = _KERNELS.get(key)
     if fn is None:
+        require_runnable()
         align_numba_cache()
         path = write_source(template.codegen(workload, config))
         name = "tuner_kernel_" + path.stem

@@ -4,10 +4,16 @@
   relative to the current directory; ``--db`` overrides it).
 - ``TUNER_CACHE``: folder for generated kernel sources and Numba's compiled cache
   (default ``~/.cache/tuner``).
+- ``TUNER_CPU``: LLVM name of the CPU to generate and compile for instead of this machine
+  (``znver3``, ``haswell``, ``skylake-avx512``, ``znver4`` ...; ``search_spaces.isa.KNOWN_CPUS``).
+  It becomes ``NUMBA_CPU_NAME`` (and an empty ``NUMBA_CPU_FEATURES``: that CPU's own
+  features) in this process and in every worker, and the target (and its records' key) is
+  that CPU's. Kernels for a CPU whose ISA this machine lacks can be shown, not run.
 """
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 DEFAULT_DB = "sqlite:///logs/tuning.db"
@@ -22,3 +28,35 @@ def cache_dir() -> Path:
     path = Path(root)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def cpu_override() -> str | None:
+    """The CPU named by ``TUNER_CPU`` (None: the host), checked against the known CPUs."""
+    name = os.environ.get("TUNER_CPU", "").strip()
+    if not name:
+        return None
+    from search_spaces.isa import known_cpu_features
+
+    known_cpu_features(name)   # an unknown name is a UsageError listing the known ones
+    return name
+
+
+def compile_env() -> dict[str, str]:
+    """Numba's CPU settings for ``TUNER_CPU`` (empty without an override). An empty feature
+    string makes LLVM use the named CPU's own features instead of the host's."""
+    name = cpu_override()
+    return {"NUMBA_CPU_NAME": name, "NUMBA_CPU_FEATURES": ""} if name else {}
+
+
+def apply_cpu_override() -> str | None:
+    """Make this process compile for ``TUNER_CPU``: set Numba's variables and, when Numba is
+    already imported, reload its configuration (it takes effect before the first compile,
+    which creates the target machine; the CLI and ``host_target()`` call this first)."""
+    env = compile_env()
+    if any(os.environ.get(k) != v for k, v in env.items()):
+        os.environ.update(env)
+        if "numba" in sys.modules:
+            import numba.core.config
+
+            numba.core.config.reload_config()
+    return env.get("NUMBA_CPU_NAME")

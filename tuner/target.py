@@ -1,7 +1,10 @@
 """The machine a record was measured on: CPU name, ISA features, cores, caches, versions.
 
 The target *key* identifies the hardware as LLVM sees it (CPU name + ISA feature set + core
-count). Software versions are recorded beside it, not in it: a record from another numba or
+count). With ``TUNER_CPU`` the target is that CPU (its name and ``search_spaces.isa``'s table of
+its features, so its own key) on this machine's cores and caches: kernels are generated and
+compiled for it, and refused for measuring or running when this machine cannot execute its ISA
+(``require_runnable``). Software versions are recorded beside it, not in it: a record from another numba or
 llvmlite version still describes this CPU, and is applied with a notice (see dispatch).
 """
 from __future__ import annotations
@@ -14,6 +17,9 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from search_spaces import isa as isa_mod
+from workloads.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -31,14 +37,14 @@ class Target:
         return f"{self.cpu_name}-{digest}-{self.cores}c"
 
     @property
+    def isa(self) -> isa_mod.Isa:
+        """Vector width, lanes and register count of this target (what templates generate for)."""
+        return isa_mod.isa_from_features(self.features)
+
+    @property
     def simd_bits(self) -> int:
         """Widest vector register the ISA offers (512, 256, 128)."""
-        f = set(self.features)
-        if "avx512f" in f:
-            return 512
-        if "avx2" in f or "avx" in f:
-            return 256
-        return 128
+        return self.isa.vector_bits
 
     @property
     def has_fma(self) -> bool:
@@ -59,6 +65,7 @@ class Target:
             f"cpu        : {self.cpu_name} ({self.model_name or 'unknown model'})",
             f"cores      : {self.cores}",
             f"simd       : {self.simd_bits}-bit, {' '.join(isa) or 'no AVX'}",
+            f"isa        : {self.isa.describe()}",
             f"caches     : {c or 'not readable'}",
             f"versions   : {v}",
             f"features   : {len(self.features)} enabled",
@@ -158,14 +165,20 @@ def busy_note(threads: int) -> str | None:
             "side, with `python -m tuner bench compare`")
 
 
-@functools.lru_cache(maxsize=1)
 def host_target() -> Target:
-    """Detect this machine (cached per process)."""
-    import llvmlite.binding as llvm
+    """The target kernels are generated for: this machine, or the CPU ``TUNER_CPU`` names
+    (cached per process and override)."""
+    from tuner import settings
 
-    name = llvm.get_host_cpu_name()
-    feats = llvm.get_host_cpu_features()
-    enabled = tuple(sorted(k for k, on in feats.items() if on))
+    settings.apply_cpu_override()
+    return _target(settings.cpu_override())
+
+
+@functools.lru_cache(maxsize=None)
+def _target(override: str | None) -> Target:
+    name, enabled, _ = isa_mod.compile_cpu()
+    if override is not None and name != override:   # NUMBA_CPU_NAME set apart from TUNER_CPU
+        name, enabled = override, isa_mod.known_cpu_features(override)
     return Target(
         cpu_name=name,
         features=enabled,
@@ -178,3 +191,22 @@ def host_target() -> Target:
 
 if __name__ == "__main__":  # pragma: no cover
     print(host_target().describe(), file=sys.stdout)
+
+
+def missing_features(target: Target) -> list[str]:
+    """Execution-relevant ISA features of ``target`` that this machine lacks."""
+    host = set(isa_mod.host_cpu()[1])
+    return [f for f in isa_mod.EXECUTION_FEATURES if f in target.features and f not in host]
+
+
+def require_runnable(target: Target | None = None) -> None:
+    """Refuse (one line, UsageError) to measure or run kernels compiled for a CPU whose ISA
+    this machine cannot execute: they would die of SIGILL. Generating and showing them is fine."""
+    target = target or host_target()
+    missing = missing_features(target)
+    if missing:
+        host = isa_mod.host_cpu()[0]
+        raise UsageError(f"target {target.cpu_name} (TUNER_CPU) needs {', '.join(missing)}, which "
+                         f"this {host} machine lacks: its kernels can be generated and shown "
+                         "but not measured or run here; unset TUNER_CPU or name a CPU this "
+                         "machine can execute")

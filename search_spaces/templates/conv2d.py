@@ -23,13 +23,14 @@ import json
 from typing import Mapping
 
 from search_spaces.gemm_engine import core
+from search_spaces import isa
 from search_spaces.epilogue import Epilogue
+from search_spaces.isa import Isa
 from search_spaces.space import Config, ConfigSpace, Constraint, Knob
 from search_spaces.template import Template
 from workloads.errors import InstantiationError
 
 LOOP_ORDERS = tuple("".join(p) for p in itertools.permutations("mnk"))
-MAX_ACC_REGISTERS = 28
 
 
 def tile_values(dim: int, start: int = 16) -> tuple[int, ...]:
@@ -49,6 +50,11 @@ def pick(values, want: int) -> int:
     return min(values, key=lambda v: (abs(v - want), v))
 
 
+def nr_values(lanes: int) -> tuple[int, ...]:
+    """Register-tile widths: 1, 2 and 3 vectors of the ISA (AVX-512 fp32: 16, 32, 48)."""
+    return (lanes, 2 * lanes, 3 * lanes)
+
+
 def best_nr(n: int, choices=(16, 32, 48), threshold: float = 1.125) -> int:
     """The widest register tile whose zero padding of the N edge wastes at most ``threshold``."""
     def waste(nr):
@@ -57,14 +63,18 @@ def best_nr(n: int, choices=(16, 32, 48), threshold: float = 1.125) -> int:
     return max(ok) if ok else min(choices, key=waste)
 
 
-def gemm_knobs(M: int, N: int, K: int, max_threads: int, pack_a: tuple, pack_b: tuple) -> list[Knob]:
+def gemm_knobs(M: int, N: int, K: int, max_threads: int, pack_a: tuple, pack_b: tuple,
+               dtype: str = "float32", target: Isa | None = None) -> list[Knob]:
+    """The GEMM core's knobs; micro-tile widths and vector lanes are the ISA's (``target``,
+    default the one generated for): nr 1-3 vectors, vec a half or a whole register."""
+    L = (target or isa.current()).lanes(dtype)
     return [
         Knob("tile_m", tile_values(M), True, "rows of C per cache block"),
         Knob("tile_n", tile_values(N), True, "columns of C per cache block"),
         Knob("tile_k", tile_values(K), True, "K depth per cache block"),
         Knob("mr", (4, 6, 8), True, "rows of the register micro-tile"),
-        Knob("nr", (16, 32, 48), True, "columns of the register micro-tile"),
-        Knob("vec", (8, 16), True, "vector lanes (ymm/zmm)"),
+        Knob("nr", nr_values(L), True, "columns of the register micro-tile"),
+        Knob("vec", (L // 2, L), True, "vector lanes (half or whole register)"),
         Knob("loop_order", LOOP_ORDERS, False, "order of the block loops, outermost first"),
         Knob("pack_a", pack_a, False, "copy A blocks into MR-row panels"),
         Knob("pack_b", pack_b, False, "copy B blocks into NR-column panels"),
@@ -73,14 +83,14 @@ def gemm_knobs(M: int, N: int, K: int, max_threads: int, pack_a: tuple, pack_b: 
     ]
 
 
-def gemm_constraints(M: int, N: int) -> list[Constraint]:
+def gemm_constraints(M: int, N: int, target: Isa | None = None) -> list[Constraint]:
+    target = target or isa.current()
+
     def micro(c):
         if c["nr"] % c["vec"]:
             return f"nr={c['nr']} is not a multiple of vec={c['vec']}"
-        acc = c["mr"] * c["nr"] // c["vec"]
-        if acc > MAX_ACC_REGISTERS:
-            return f"{acc} accumulator registers > {MAX_ACC_REGISTERS}"
-        return None
+        # accumulators + a B row + an A broadcast in registers (AVX-512: the earlier <= 28)
+        return target.spill_reason(c["mr"], c["nr"] // c["vec"])
 
     def tiles(c):
         if c["tile_m"] % c["mr"] and c["tile_m"] < M:
@@ -101,11 +111,14 @@ def gemm_constraints(M: int, N: int) -> list[Constraint]:
 def default_gemm_config(space: ConfigSpace, M: int, N: int, K: int, max_threads: int,
                         pack_a: bool, pack_b: bool, nr: int | None = None,
                         mr: int | None = None) -> Config:
-    nr = nr or best_nr(N)
-    mr = mr or (6 if nr <= 32 else 4)
-    vec = 16
+    """Whole-register vectors, the widest tile that pads N little, 6 rows up to two vectors
+    (AVX2 fp32: 6 x 16 = 15 of 16 ymm; AVX-512: 6 x 32 = 15 of 32 zmm), 4 rows at three."""
+    nrs = space.knob("nr").values
+    vec = space.knob("vec").values[-1]
+    nr = nr or best_nr(N, nrs)
+    mr = mr or (6 if nr <= 2 * vec else 4)
     cfg = {"tile_m": pick(space.knob("tile_m").values, 96),
-           "tile_n": pick(space.knob("tile_n").values, 256 if nr != 48 else 288),
+           "tile_n": pick(space.knob("tile_n").values, 256 if nr != nrs[-1] else 288),
            "tile_k": pick(space.knob("tile_k").values, K if K <= 1024 else 512),
            "mr": mr, "nr": nr, "vec": vec, "loop_order": "nkm",
            "pack_a": pack_a, "pack_b": pack_b,
@@ -128,7 +141,14 @@ def repair(space: ConfigSpace, cfg: dict) -> Config:
                 if cfg[knob] not in ok:
                     cfg[knob] = min(ok, key=lambda v: (abs(v - cfg[knob]), v))
         elif reason.startswith("micro_tile"):
-            cfg["mr"] = 4
+            vecs = [v for v in space.knob("vec").values if cfg["nr"] % v == 0]
+            smaller = [v for v in space.knob("mr").values if v < cfg["mr"]]
+            if cfg["nr"] % cfg["vec"] and vecs:
+                cfg["vec"] = vecs[-1]
+            elif smaller:
+                cfg["mr"] = smaller[-1]
+            else:
+                raise InstantiationError(f"cannot repair config {cfg}: {reason}")
         else:
             raise InstantiationError(f"cannot repair config {cfg}: {reason}")
     raise InstantiationError(f"cannot repair config {cfg}")
@@ -163,8 +183,10 @@ class Conv2dTemplate(Template):
         pl = self.plan(workload)
         pack_a = (True,) if pl["a"] != "direct" else (False, True)
         pack_b = (True,) if pl["b"] != "direct" else (False, True)
-        return ConfigSpace(gemm_knobs(pl["M"], pl["N"], pl["K"], max_threads, pack_a, pack_b),
-                           gemm_constraints(pl["M"], pl["N"]))
+        target = isa.current()
+        return ConfigSpace(gemm_knobs(pl["M"], pl["N"], pl["K"], max_threads, pack_a, pack_b,
+                                      workload.dtype, target),
+                           gemm_constraints(pl["M"], pl["N"], target))
 
     def default_config(self, workload, max_threads: int = 1) -> Config:
         pl = self.plan(workload)
@@ -188,8 +210,20 @@ class Conv2dTemplate(Template):
             # 6 rows 3.11 ms at K = 4608).
             # v3, paired runs: below N = 1024 an 8 x 16 tile beats 8 x 32 / 4 x 48 (N = 196:
             # 4-9%, N = 784: 2-5%, N = 169/729: 2-3%); at N = 3136 it loses 10% to 4 x 48.
-            nr = 16 if pl["N"] < 1024 else best_nr(pl["N"], threshold=1.15)
-            rows = (8, 6, 4) if nr <= 32 else (4, 6, 8)
+            # Widths are in elements (16, 32, 48 on AVX-512 fp32); rows are those that fit the
+            # register file beside them (isa.Isa.spill_reason). AVX2 (16 ymm): 4 rows x 3 vectors (12 + 3 + 1 = 16) at every N. ResNet-50 NCHW
+            # convs, Zen 3, 1 thread, CPU time, paired (load ~11 from other jobs): 4 x 24 beat
+            # 4 x 16 on 7 of 8 layers (sum 53.1 vs 55.1 ms), 8 x 8 was 1.9x slower, 6 x 16 with
+            # A packed (M % 6 != 0) 1.2x slower; the AVX-512-shaped 8 x 16 / 16-lane tile
+            # (what ran here before) 2.4-2.9x slower (docs/isa.md).
+            nrs = sp.knob("nr").values
+            vec = sp.knob("vec").values[-1]
+            if isa.current().registers < 32:
+                nr = nrs[-1]
+            else:
+                nr = 16 if pl["N"] < 1024 and 16 in nrs else best_nr(pl["N"], nrs, threshold=1.15)
+            rows = [r for r in ((8, 6, 4) if nr <= 2 * vec else (4, 6, 8))
+                    if isa.current().spill_reason(r, nr // vec) is None]
             mr = next((r for r in rows if pl["M"] % r == 0), rows[0])
             cfg = default_gemm_config(sp, pl["M"], pl["N"], pl["K"], max_threads, pack_a,
                                       pack_b, nr=nr, mr=mr)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 
+from search_spaces import isa
 from search_spaces.gemm_engine import core
 from search_spaces.templates.conv2d import default_gemm_config, gemm_constraints, gemm_knobs, repair
 from search_spaces.epilogue import DTYPE_SRC, Epilogue
@@ -39,8 +40,9 @@ class DenseTemplate(Template):
         pack_b = (True,) if g["weight"] == "NK" else (False, True)
         knobs = [Knob("formulation", forms, False, "dot products or the register-tiled GEMM core"),
                  Knob("block_n", (1, 4, 16, 64), True, "dot: weight rows per block")]
-        knobs += gemm_knobs(M, N, K, max_threads, (False, True), pack_b)
-        cons = gemm_constraints(M, N)
+        target = isa.current()
+        knobs += gemm_knobs(M, N, K, max_threads, (False, True), pack_b, workload.dtype, target)
+        cons = gemm_constraints(M, N, target)
 
         def dot_only(c):
             if c["formulation"] == "dot" and c["parallel"] == "m":

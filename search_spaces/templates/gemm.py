@@ -25,6 +25,8 @@ import os
 
 import numpy as np
 
+from search_spaces import isa
+from search_spaces.isa import Isa
 from search_spaces.space import Config, ConfigSpace, Constraint, Knob
 from search_spaces.template import Template
 from workloads.errors import InstantiationError
@@ -33,16 +35,14 @@ from workloads.gemm import Gemm
 LOOP_ORDERS = tuple("".join(p) for p in itertools.permutations("mnk"))
 MICROKERNELS = ("loops", "unrolled", "intrinsic")
 GEMV_ROWS = 8   # M below this: the 'rowaxpy' formulation and parallel='k' join the space
-# Vector registers of the target (AVX-512: 32 zmm); accumulators must leave room for operands.
-VECTOR_REGISTERS = 32
-MAX_ACC_REGISTERS = 28
 MAX_UNROLLED_ACCUMULATORS = 256   # source size / compile time bound for "unrolled"
 SMALL_PARALLEL_FLOPS = 2 * 96 ** 3   # default config: one thread below this much work
 
 
-def native_lanes(dtype: str) -> int:
-    """Elements in one 512-bit vector register."""
-    return 8 if dtype == "float64" else 16
+def native_lanes(dtype: str, target: Isa | None = None) -> int:
+    """Elements of ``dtype`` in one vector register of the ISA generated for (16 fp32 lanes
+    on AVX-512, 8 on AVX2)."""
+    return (target or isa.current()).lanes(dtype)
 
 
 def _tile_values(dim: int, start: int) -> tuple[int, ...]:
@@ -87,7 +87,8 @@ class GemmTemplate(Template):
     # -- the space -----------------------------------------------------------------------
     def space(self, workload: Gemm, max_threads: int = 1) -> ConfigSpace:
         w = workload
-        L = native_lanes(w.dtype)
+        target = isa.current()
+        L = native_lanes(w.dtype, target)
         gemv = w.M < GEMV_ROWS
         knobs = [
             Knob("tile_m", _with_splits(_tile_values(w.M, 16), w.M, max_threads), True, "rows of C per cache block (A block in L2)"),
@@ -107,10 +108,11 @@ class GemmTemplate(Template):
                  "block loop run with numba.prange ('k': rowaxpy's K split)"),
             Knob("threads", tuple(range(1, max(1, max_threads) + 1)), True, "Numba threads"),
         ]
-        return ConfigSpace(knobs, self._constraints(w))
+        return ConfigSpace(knobs, self._constraints(w, target))
 
-    def _constraints(self, w: Gemm) -> list[Constraint]:
-        L = native_lanes(w.dtype)
+    def _constraints(self, w: Gemm, target: Isa) -> list[Constraint]:
+        L = native_lanes(w.dtype, target)
+        registers_total = target.registers
 
         def tiles_fit_micro(c):
             # A tile that is not a multiple of the micro-tile only pads its last panel (some
@@ -122,10 +124,14 @@ class GemmTemplate(Template):
             return None
 
         def registers(c):
-            acc = c["mr"] * -(-c["nr"] // (c["vec"] if c["microkernel"] == "intrinsic" else L))
-            if c["microkernel"] != "loops" and acc > MAX_ACC_REGISTERS:
-                return f"{acc} accumulator registers > {MAX_ACC_REGISTERS} (of {VECTOR_REGISTERS})"
-            if c["microkernel"] == "loops" and c["mr"] * c["nr"] > 2 * VECTOR_REGISTERS * L:
+            # Accumulators, one row of B and an A broadcast must fit the register file
+            # (isa.Isa.spill_reason); on AVX-512 this is the earlier "<= 28 accumulators".
+            if c["microkernel"] in ("intrinsic", "unrolled"):
+                nv = -(-c["nr"] // (c["vec"] if c["microkernel"] == "intrinsic" else L))
+                spill = target.spill_reason(c["mr"], nv)
+                if spill:
+                    return spill
+            if c["microkernel"] == "loops" and c["mr"] * c["nr"] > 2 * registers_total * L:
                 return f"{c['mr']}x{c['nr']} accumulator tile is far larger than the register file"
             if c["microkernel"] == "unrolled" and c["mr"] * c["nr"] > MAX_UNROLLED_ACCUMULATORS:
                 return f"{c['mr'] * c['nr']} unrolled scalar accumulators > {MAX_UNROLLED_ACCUMULATORS}"
@@ -192,9 +198,14 @@ class GemmTemplate(Template):
         threads = 1 if w.flops() < SMALL_PARALLEL_FLOPS else max(1, max_threads)
         # one equal N block per thread while that block stays moderate, else 1024-column blocks
         tile_n = 1024 if threads == 1 or _split(w.N, threads) > 1024 else _split(w.N, threads)
+        # AVX2 (6 x 16 fp32 tile: 12 + 2 + 1 of 16 ymm, no spill in the K loop) takes deeper K
+        # blocks: 1024^3 on Zen 3, 1 thread, CPU time beside NumPy in one process (load ~12 from
+        # other jobs): tile_k 384 0.82x, 512 0.87x, 768 0.87x, 1024 0.88x; 2 threads 512 also
+        # ahead of 384 (docs/isa.md). AVX-512 keeps 384.
+        deep_k = 384 if w.M >= 128 and isa.current().vector_bits >= 512 else 512
         cfg = {
             "tile_m": _pick(sp, "tile_m", 96), "tile_n": _pick(sp, "tile_n", tile_n, at_least=True),
-            "tile_k": _pick(sp, "tile_k", 384 if w.M >= 128 else 512), "mr": 6, "nr": 2 * L,
+            "tile_k": _pick(sp, "tile_k", deep_k), "mr": 6, "nr": 2 * L,
             "loop_order": "nkm", "pack_a": True, "pack_b": True, "microkernel": "intrinsic",
             "vec": L, "unroll_k": 1, "write_cache": True,
             "parallel": "n" if threads > 1 else "none", "threads": threads,
@@ -202,7 +213,9 @@ class GemmTemplate(Template):
         if w.M < 6:
             # matrix-vector-like: a few rows of C, B streamed once in thin K blocks, unpacked
             mr = max(v for v in (1, 2, 4) if v <= w.M)
-            cfg.update(mr=mr, nr=4 * L, pack_b=False, tile_k=_pick(sp, "tile_k", 8),
+            # the widest row of B the registers hold beside mr accumulator rows (AVX-512: 4L)
+            nv = max(v for v in (4, 3, 2, 1) if isa.current().spill_reason(mr, v) is None)
+            cfg.update(mr=mr, nr=nv * L, pack_b=False, tile_k=_pick(sp, "tile_k", 8),
                        tile_n=_pick(sp, "tile_n", max(tile_n, 1024) if threads == 1 else tile_n))
         if w.M == 1:
             # a vector times a matrix: B streamed by rows (gemm_rowaxpy.py). Measured

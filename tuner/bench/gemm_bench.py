@@ -33,16 +33,29 @@ COLUMNS = ["threads", "dtype", "shape", "config_source", "kernel_median_s", "ker
            "kernel_pct_peak", "numpy_pct_peak"]
 
 
-def side_by_side(measurer: Measurer, workload, template, config, rounds: int = 2):
-    """Kernel and NumPy measured alternately; returns (kernel result, kernel samples, numpy samples)."""
+def side_by_side(measurer: Measurer, workload, template, config, rounds: int = 2,
+                 blas: list | None = None):
+    """Kernel and NumPy measured alternately; returns (kernel result, kernel samples, numpy
+    samples). ``blas`` receives the BLAS libraries threadpoolctl saw in the baseline worker."""
     ks, ns, last = [], [], None
     for _ in range(rounds):
         (last,) = measurer.measure(workload, template, [config])
         if not last.ok:
             return last, [], []
         ks += last.samples
-        ns += measurer.baseline(workload).samples
+        base = measurer.baseline(workload)
+        ns += base.samples
+        if blas is not None and not blas:
+            blas += base.info.get("blas") or []
     return last, ks, ns
+
+
+def blas_coretypes(rows: list[dict]) -> list[str]:
+    """The BLAS kernels the baseline ran ("OpenBLAS 0.3.x Haswell"): OpenBLAS picks its core
+    type at load (``OPENBLAS_CORETYPE`` can hold it to one, e.g. Haswell's AVX2 kernels)."""
+    seen = {f"{b.get('internal_api')} {b.get('version')} {b.get('architecture')}"
+            for r in rows for b in r.get("blas", [])}
+    return sorted(seen)
 
 
 def bench_gemm(shapes, dtypes, threads_list, store, tune_trials: int = 0, strategy: str = "model",
@@ -65,10 +78,11 @@ def bench_gemm(shapes, dtypes, threads_list, store, tune_trials: int = 0, strate
                              TuneOptions(strategy=strategy, trials=tune_trials, threads=threads,
                                          progress=False), mopts, measurer=m)
                         sel = select_config(w, template, store, target, threads, quiet=True)
-                    res, ks, ns = side_by_side(m, w, template, sel.config)
+                    blas: list = []
+                    res, ks, ns = side_by_side(m, w, template, sel.config, blas=blas)
                     row = {"threads": threads, "dtype": dtype, "shape": shape,
                            "config_source": sel.source, "config": dict(sel.config),
-                           "status": res.status.value, "error": res.error}
+                           "status": res.status.value, "error": res.error, "blas": blas}
                     if ks and ns:
                         k, n = summarize(ks), summarize(ns)
                         peak = peak_gflops(target, dtype, threads)
@@ -85,6 +99,8 @@ def bench_gemm(shapes, dtypes, threads_list, store, tune_trials: int = 0, strate
             "target": target.to_dict(), "measured_ghz": measured_ghz(),
             "peak_gflops_per_core": {d: peak_gflops(target, d, 1) for d in dtypes},
             "call_overhead_s": overhead, "settings": mopts.__dict__,
+            "blas": blas_coretypes(rows),
+            "openblas_coretype_env": os.environ.get("OPENBLAS_CORETYPE"),
             "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)], "rows": rows}
 
 
@@ -103,7 +119,8 @@ def table_markdown(data: dict) -> str:
     t = data["target"]
     lines = [f"{data['kind']} on {t['cpu_name']} ({t['cores']} cores), {data['date']}, "
              f"numba {t['versions']['numba']}, numpy {t['versions']['numpy']}, "
-             f"measured clock {data['measured_ghz']:.2f} GHz",
+             f"measured clock {data['measured_ghz']:.2f} GHz"
+             + (f", baseline {'; '.join(data['blas'])}" if data.get("blas") else ""),
              "", "| threads | dtype | shape | config | kernel ms | numpy ms | kernel GFLOPS | "
              "numpy GFLOPS | ratio | % peak |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in data["rows"]:

@@ -58,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        from tuner import settings
+
+        settings.apply_cpu_override()   # TUNER_CPU: before anything compiles
         return int(args.handler(args) or 0)
     except TunerError as exc:
         print(f"error: {exc}", file=sys.stderr)

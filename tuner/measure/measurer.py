@@ -78,6 +78,9 @@ def write_source(source: str, cache: Path | None = None) -> Path:
 
 class Measurer:
     def __init__(self, options: MeasureOptions | None = None, cache: Path | None = None):
+        from tuner.target import require_runnable
+
+        require_runnable()   # TUNER_CPU naming an ISA this machine lacks: refuse, one line
         self.opts = options or MeasureOptions()
         self.cache = cache or settings.cache_dir()
         env = worker_env(self.opts.threads, self.cache)

@@ -127,8 +127,12 @@ class Worker:
 
 
 def worker_env(threads: int, cache: Path) -> dict[str, str]:
-    """Environment every worker starts with (read before Numba is imported)."""
+    """Environment every worker starts with (read before Numba is imported); with
+    ``TUNER_CPU``, Numba's CPU name and features, so workers compile for that CPU."""
+    from tuner import settings
+
     return {
+        **settings.compile_env(),
         "NUMBA_NUM_THREADS": str(max(1, threads)),
         "NUMBA_CACHE_DIR": str(cache / "numba"),
         # BLAS threads for the NumPy baseline are limited per call with threadpoolctl; this
