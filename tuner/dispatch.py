@@ -118,7 +118,7 @@ def load_kernel(workload, template, config: Config):
     fn = _KERNELS.get(key)
     if fn is None:
         align_numba_cache()
-        path = write_source(template.codegen(workload, config))
+        path = write_source(template.codegen(workload, config), template=template)
         name = "tuner_kernel_" + path.stem
         spec = importlib.util.spec_from_file_location(name, path)
         mod = importlib.util.module_from_spec(spec)
