@@ -28,6 +28,8 @@ def register(sub) -> None:
                    help="stop after N trials without a new best")
     p.add_argument("--repeat", type=int, default=7, help="timed samples per candidate")
     p.add_argument("--min-repeat-ms", type=float, default=40.0, help="minimum length of one sample")
+    p.add_argument("--placements", type=int, default=4,
+                   help="buffer placements each candidate is timed on (score: the slowest)")
     p.add_argument("--run-timeout", type=float, default=60.0, help="seconds before a run is TIMEOUT")
     p.add_argument("--build-timeout", type=float, default=120.0, help="seconds before a build is TIMEOUT")
     p.add_argument("--log", default="logs/tuning.jsonl",
@@ -64,7 +66,8 @@ def run(args) -> int:
         return tune_model_cmd(args)
     workload = workload_of(args)
     threads = threads_of(args)
-    for name in ("trials", "batch_size", "repeat", "min_repeat_ms", "run_timeout", "build_timeout"):
+    for name in ("trials", "batch_size", "repeat", "min_repeat_ms", "run_timeout", "build_timeout",
+                 "placements"):
         _positive("--" + name.replace("_", "-"), getattr(args, name))
     _positive("--timeout", args.timeout, allow_none=True)
     from tuner.errors import UsageError
@@ -83,6 +86,7 @@ def run(args) -> int:
                        log_path=args.log or None,
                        command=shlex.join(["python", "-m", "tuner", *sys.argv[1:]]))
     mopts = MeasureOptions(threads=threads, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms,
+                           placements=args.placements,
                            run_timeout=args.run_timeout, build_timeout=args.build_timeout)
     space = template.space(workload, threads)
     n_valid = space.count_valid()

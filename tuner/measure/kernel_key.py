@@ -105,7 +105,10 @@ def module_source(name: str) -> tuple[str, str] | None:
 def project_closure(source: str) -> dict[str, str]:
     """Module name -> sha1 of its source, for every project module ``source`` imports,
     transitively."""
-    todo = sorted(_imported_names(ast.parse(source), "__kernel__", False))
+    try:
+        todo = sorted(_imported_names(ast.parse(source), "__kernel__", False))
+    except SyntaxError:
+        return {}                  # it will not build; its own text is address enough
     seen: dict[str, str] = {}
     while todo:
         name = todo.pop()

@@ -34,6 +34,9 @@ class MeasureOptions:
     build_timeout: float = 120.0
     run_timeout: float = 60.0
     build_workers: int = 0        # 0: one per core
+    # freshly allocated buffer placements each candidate is timed on (offsets from 64-byte
+    # alignment, tuner.measure.placement); its score is the slowest placement's median
+    placements: int = 4
     check: bool = True
 
 
@@ -112,7 +115,7 @@ class Measurer:
         req = {"path": str(path), "entry": template.entry, "workload_key": workload.key,
                "threads": template.threads(config), "warmup": o.warmup, "repeat": o.repeat,
                "min_repeat_ms": o.min_repeat_ms, "max_time_s": o.max_time_s, "check": o.check,
-               "cutoff_s": cutoff_s}
+               "cutoff_s": cutoff_s, "placements": o.placements}
         return self._runner.call("run", req, o.run_timeout)
 
     # -- public ------------------------------------------------------------------------
@@ -182,7 +185,8 @@ class Measurer:
         """NumPy's reference implementation timed by the run worker, same procedure."""
         o = self.opts
         req = {"workload_key": workload.key, "threads": threads or o.threads, "warmup": o.warmup,
-               "repeat": o.repeat, "min_repeat_ms": o.min_repeat_ms, "max_time_s": o.max_time_s}
+               "repeat": o.repeat, "min_repeat_ms": o.min_repeat_ms, "max_time_s": o.max_time_s,
+               "placements": o.placements}
         r = self._runner.call("baseline", req, o.run_timeout)
         return MeasureResult(Status(r["status"]), samples=r.get("samples", []),
                              error=r.get("error", ""), info=r.get("info", {}))
