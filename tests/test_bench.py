@@ -16,6 +16,11 @@ def test_bench_gemm_writes_json_csv_and_table(db_url, tmp_path):
     for r in data["rows"]:
         assert r["status"] == "OK" and r["ratio"] > 0 and r["config_source"] == "fallback"
         assert len(r["kernel_samples"]) >= 6 and len(r["numpy_samples"]) >= 6  # two rounds each
+        assert r["kernel_placement_spread"] >= 0 and r["numpy_placement_spread"] >= 0
+        # the dispatched path, timed in a fresh process, selected the same config
+        assert r["dispatched_median_s"] > 0 and "dispatched_config" not in r, r.get("dispatched_error")
+        assert r["dispatched_vs_worker"] == r["dispatched_median_s"] / r["kernel_median_s"]
+        assert len(r["dispatched_rounds"]) == 3
     assert (tmp_path / "b.csv").read_text().count("\n") == 5
     assert "| 1 | float64 | 17x9x5 | fallback |" in p.stdout
     rep = tuner("bench", "report", str(out))

@@ -17,6 +17,8 @@ def register(sub) -> None:
     g.add_argument("--shapes", default=None, help="comma-separated MxNxK (default: the issue's list)")
     g.add_argument("--dtypes", default="float32,float64")
     g.add_argument("--threads", default="1,2", help="comma-separated thread counts")
+    g.add_argument("--no-dispatched", action="store_true",
+                   help="skip timing tuner.gemm in a fresh ordinary process beside the worker")
     _common(g)
     g.set_defaults(handler=run_gemm)
 
@@ -62,6 +64,8 @@ def _common(p) -> None:
     p.add_argument("--strategy", default="model")
     p.add_argument("--repeat", type=int, default=7)
     p.add_argument("--min-repeat-ms", type=float, default=50.0)
+    p.add_argument("--placements", type=int, default=4,
+                   help="buffer placements each measurement rotates over (score: the slowest)")
     p.add_argument("--out", default=None, help="result JSON (default logs/bench-<kind>-<time>.json; CSV beside it)")
 
 
@@ -96,7 +100,12 @@ def _save_json(args, kind: str, data: dict, table: str) -> int:
 def _mopts(args):
     from tuner.measure.measurer import MeasureOptions
 
-    return MeasureOptions(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, max_time_s=10.0)
+    if args.placements < 1:
+        from tuner.errors import UsageError
+
+        raise UsageError(f"--placements must be >= 1, got {args.placements}")
+    return MeasureOptions(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, max_time_s=10.0,
+                          placements=args.placements)
 
 
 def run_gemm(args) -> int:
@@ -114,7 +123,7 @@ def run_gemm(args) -> int:
     if max(threads) > usable_cores():
         raise UsageError(f"--threads {max(threads)}: this machine allows 1..{usable_cores()}")
     data = bench_gemm(shapes, dtypes, threads, open_store(args), args.tune_trials, args.strategy,
-                      _mopts(args))
+                      _mopts(args), dispatched=not args.no_dispatched)
     path, csv_path = write_results(data, _out(args, "gemm"))
     print()
     print(table_markdown(data))
