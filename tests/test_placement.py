@@ -44,6 +44,7 @@ def test_run_worker_scores_the_slowest_placement(templates):
     assert r.info["placement_rule"] == "slowest"
     assert r.info["placement_spread"] == pytest.approx(spread([p["median"] for p in places]))
     assert base.ok and len(base.info["placements"]) == 3
+    assert len(r.info["cpu_samples"]) == len(r.samples) and r.info["cpu_placement_spread"] >= 0
 
 
 def test_a_kernel_wrong_on_one_placement_is_caught(templates):

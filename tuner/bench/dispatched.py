@@ -25,7 +25,7 @@ from tuner.measure.worker import time_callable
 
 M, N, K, dtype, threads, rounds, repeat, min_ms, max_s = json.loads(sys.argv[1])
 rng = np.random.default_rng(1)
-out = {"rounds": [], "samples": []}
+out = {"rounds": [], "samples": [], "cpu_samples": []}
 for r in range(rounds):
     A = rng.uniform(-1, 1, (M, K)).astype(dtype)
     B = rng.uniform(-1, 1, (K, N)).astype(dtype)
@@ -36,6 +36,7 @@ for r in range(rounds):
     samples, timing = time_callable(lambda: tuner.gemm(A, B, threads=threads), 1, repeat,
                                     min_ms, max_s / rounds)
     out["samples"] += samples
+    out["cpu_samples"] += timing["cpu_samples"]
     out["rounds"].append({"median": statistics.median(samples), "number": timing["number"],
                           "offsets": [A.ctypes.data % 64, B.ctypes.data % 64]})
 (sel,) = [v[1] for k, v in _SELECTED.items() if k[1:6] == (M, N, K, dtype, threads)]

@@ -39,13 +39,15 @@ DEFAULT_SHAPES = ["64x64x64", "128x128x128", "256x256x256", "512x512x512", "1024
 COLUMNS = ["threads", "dtype", "shape", "config_source", "kernel_median_s", "kernel_iqr_s",
            "numpy_median_s", "numpy_iqr_s", "kernel_gflops", "numpy_gflops", "ratio",
            "kernel_pct_peak", "numpy_pct_peak", "kernel_placement_spread", "numpy_placement_spread",
-           "dispatched_median_s", "dispatched_iqr_s", "dispatched_vs_worker", "dispatched_ratio"]
+           "dispatched_median_s", "dispatched_iqr_s", "dispatched_vs_worker", "dispatched_vs_worker_cpu",
+           "dispatched_ratio"]
 
 
 def side_by_side(measurer: Measurer, workload, template, config, rounds: int = 2,
                  spreads: dict | None = None):
     """Kernel and NumPy measured alternately; returns (kernel result, kernel samples, numpy
-    samples). ``spreads`` (when given) receives each side's largest placement spread."""
+    samples). ``spreads`` (when given) receives each side's largest placement spread (wall
+    and CPU time) and the kernel's CPU samples (``kernel_cpu``)."""
     ks, ns, last = [], [], None
     for _ in range(rounds):
         (last,) = measurer.measure(workload, template, [config])
@@ -55,9 +57,11 @@ def side_by_side(measurer: Measurer, workload, template, config, rounds: int = 2
         base = measurer.baseline(workload)
         ns += base.samples
         if spreads is not None:
+            spreads.setdefault("kernel_cpu", []).extend(last.info.get("cpu_samples", []))
             for side, r in (("kernel", last), ("numpy", base)):
-                if "placement_spread" in r.info:
-                    spreads[side] = max(spreads.get(side, 0.0), r.info["placement_spread"])
+                for key, name in (("placement_spread", side), ("cpu_placement_spread", side + "_cpu")):
+                    if key in r.info:
+                        spreads[name] = max(spreads.get(name, 0.0), r.info[key])
     return last, ks, ns
 
 
@@ -83,6 +87,7 @@ def bench_gemm(shapes, dtypes, threads_list, store, tune_trials: int = 0, strate
                         sel = select_config(w, template, store, target, threads, quiet=True)
                     spreads: dict = {}
                     res, ks, ns = side_by_side(m, w, template, sel.config, spreads=spreads)
+                    kernel_cpu = spreads.pop("kernel_cpu", [])
                     row = {"threads": threads, "dtype": dtype, "shape": shape,
                            "config_source": sel.source, "config": dict(sel.config),
                            "status": res.status.value, "error": res.error,
@@ -99,7 +104,7 @@ def bench_gemm(shapes, dtypes, threads_list, store, tune_trials: int = 0, strate
                                    kernel_samples=ks, numpy_samples=ns)
                         if dispatched:
                             row.update(_dispatched_columns(w, threads, store.url, mopts, sel.config,
-                                                           k["median"], n["median"]))
+                                                           k["median"], n["median"], kernel_cpu))
                     rows.append(row)
                     log(format_row(row))
     return {"kind": "bench-gemm", "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -110,7 +115,10 @@ def bench_gemm(shapes, dtypes, threads_list, store, tune_trials: int = 0, strate
 
 
 def _dispatched_columns(w, threads: int, url: str, mopts: MeasureOptions, config,
-                        kernel_s: float, numpy_s: float) -> dict:
+                        kernel_s: float, numpy_s: float, kernel_cpu: list[float]) -> dict:
+    """The dispatched path's figures beside the worker's. ``*_cpu``: the same ratio in CPU
+    time per call (process time; for 1 thread the figure time-slicing on a busy machine does
+    not inflate)."""
     d = time_dispatched(w, threads, url, repeat=mopts.repeat, min_repeat_ms=mopts.min_repeat_ms,
                         max_time_s=mopts.max_time_s)
     if "error" in d:
@@ -120,6 +128,9 @@ def _dispatched_columns(w, threads: int, url: str, mopts: MeasureOptions, config
            "dispatched_vs_worker": st["median"] / kernel_s, "dispatched_ratio": numpy_s / st["median"],
            "dispatched_rounds": d["rounds"], "dispatched_first_call_s": d.get("first_call_s"),
            "dispatched_samples": d["samples"]}
+    if kernel_cpu and d.get("cpu_samples"):
+        out["dispatched_vs_worker_cpu"] = (summarize(d["cpu_samples"])["median"]
+                                           / summarize(kernel_cpu)["median"])
     if d.get("config") != dict(config):   # another process, another selection: say so
         out["dispatched_config"] = d.get("config")
     return out
@@ -138,7 +149,9 @@ def format_row(r: dict) -> str:
 def _format_dispatched(r: dict) -> str:
     if "dispatched_median_s" in r:
         return (f"  dispatched {r['dispatched_median_s'] * 1e3:9.3f} ms "
-                f"x{r['dispatched_vs_worker']:.3f} of worker, ratio {r['dispatched_ratio']:5.2f}")
+                f"x{r['dispatched_vs_worker']:.3f} of worker"
+                + (f" (cpu x{r['dispatched_vs_worker_cpu']:.3f})" if "dispatched_vs_worker_cpu" in r else "")
+                + f", ratio {r['dispatched_ratio']:5.2f}")
     return f"  dispatched: {r['dispatched_error']}" if "dispatched_error" in r else ""
 
 

@@ -98,13 +98,16 @@ def time_callable(fn: Callable[[], Any], warmup: int, repeat: int, min_repeat_ms
     per_sample = warm * number
     if per_sample * repeat > max_time_s:
         repeat = max(3, min(repeat, int(max_time_s / per_sample)))
-    samples = []
+    samples, cpu = [], []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         for _ in range(number):
             fn()
         samples.append((time.perf_counter() - t0) / number)
-    return samples, {"number": number}
+        cpu.append((time.process_time() - c0) / number)
+    # CPU seconds of the whole process per call: on a shared machine, for a 1-thread kernel,
+    # the figure that time slices taken by other processes do not inflate
+    return samples, {"number": number, "cpu_samples": cpu}
 
 
 def time_placements(fn: Callable[..., Any], w, inputs, outputs, expected, req: dict):
@@ -116,7 +119,9 @@ def time_placements(fn: Callable[..., Any], w, inputs, outputs, expected, req: d
     a script calling the kernel gets whatever placement its allocator gives, and the slowest
     one is what the tuner can promise (the median across placements would still crown a
     config fast on most placements and twice as slow on the rest). Returns (samples, info)
-    or an error reply (a placement that gives a wrong answer).
+    or an error reply (a placement that gives a wrong answer). Per placement, ``cpu_median``
+    is the median CPU time per call (see ``time_callable``); ``cpu_placement_spread`` its
+    spread, which on a busy machine tells placement effects from time-slicing.
     """
     from tuner.measure.placement import placed_copies, rotation, spread
 
@@ -139,14 +144,20 @@ def time_placements(fn: Callable[..., Any], w, inputs, outputs, expected, req: d
                                         req["min_repeat_ms"], per_time,
                                         req.get("cutoff_s") if not found else None)
         med = sorted(samples)[len(samples) // 2]
-        found.append((med, samples, {"offsets": list(offsets), "median": med,
+        cpu = sorted(timing.get("cpu_samples") or [0.0])
+        found.append((med, samples, {"offsets": list(offsets), "median": med, "cpu": cpu,
+                                     "cpu_median": cpu[len(cpu) // 2],
                                      "samples": len(samples), "number": timing["number"]}))
         if timing.get("cut_short"):
             return samples, {**timing, "placements": [found[-1][2]]}
     slowest = max(found, key=lambda f: f[0])
     medians = [f[0] for f in found]
     info = {"number": slowest[2]["number"], "placements": [f[2] for f in found],
-            "placement_spread": spread(medians), "placement_rule": "slowest"}
+            "placement_spread": spread(medians), "placement_rule": "slowest",
+            "cpu_placement_spread": spread([f[2]["cpu_median"] for f in found]),
+            "cpu_samples": slowest[2]["cpu"]}
+    for f in found:
+        del f[2]["cpu"]
     return slowest[1], info
 
 
