@@ -20,7 +20,8 @@ def test_bench_gemm_writes_json_csv_and_table(db_url, tmp_path):
         # the dispatched path, timed in a fresh process, selected the same config
         assert r["dispatched_median_s"] > 0 and "dispatched_config" not in r, r.get("dispatched_error")
         assert r["dispatched_vs_worker"] == r["dispatched_median_s"] / r["kernel_median_s"]
-        assert len(r["dispatched_rounds"]) == 3
+        assert len(r["dispatched_rounds"]) == 3 and r["dispatched_vs_worker_cpu"] > 0
+        assert r["kernel_cpu_placement_spread"] >= 0
     assert (tmp_path / "b.csv").read_text().count("\n") == 5
     assert "| 1 | float64 | 17x9x5 | fallback |" in p.stdout
     rep = tuner("bench", "report", str(out))

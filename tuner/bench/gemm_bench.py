@@ -47,7 +47,7 @@ def side_by_side(measurer: Measurer, workload, template, config, rounds: int = 2
                  spreads: dict | None = None):
     """Kernel and NumPy measured alternately; returns (kernel result, kernel samples, numpy
     samples). ``spreads`` (when given) receives each side's largest placement spread (wall
-    and CPU time) and the kernel's CPU samples (``kernel_cpu``)."""
+    and CPU time) and the kernel's CPU samples (``kernel_cpu_samples``)."""
     ks, ns, last = [], [], None
     for _ in range(rounds):
         (last,) = measurer.measure(workload, template, [config])
@@ -57,7 +57,7 @@ def side_by_side(measurer: Measurer, workload, template, config, rounds: int = 2
         base = measurer.baseline(workload)
         ns += base.samples
         if spreads is not None:
-            spreads.setdefault("kernel_cpu", []).extend(last.info.get("cpu_samples", []))
+            spreads.setdefault("kernel_cpu_samples", []).extend(last.info.get("cpu_samples", []))
             for side, r in (("kernel", last), ("numpy", base)):
                 for key, name in (("placement_spread", side), ("cpu_placement_spread", side + "_cpu")):
                     if key in r.info:
@@ -87,7 +87,7 @@ def bench_gemm(shapes, dtypes, threads_list, store, tune_trials: int = 0, strate
                         sel = select_config(w, template, store, target, threads, quiet=True)
                     spreads: dict = {}
                     res, ks, ns = side_by_side(m, w, template, sel.config, spreads=spreads)
-                    kernel_cpu = spreads.pop("kernel_cpu", [])
+                    kernel_cpu = spreads.pop("kernel_cpu_samples", [])
                     row = {"threads": threads, "dtype": dtype, "shape": shape,
                            "config_source": sel.source, "config": dict(sel.config),
                            "status": res.status.value, "error": res.error,
