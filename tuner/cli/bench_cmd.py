@@ -41,6 +41,17 @@ def register(sub) -> None:
     mb.add_argument("--out", default=None, help="result JSON (default logs/bench-model-<time>.json)")
     mb.set_defaults(handler=run_model)
 
+    pl = bsub.add_parser("placement", help="one GEMM's time on differently placed operands, beside NumPy's")
+    pl.add_argument("--shape", default="1024x1024x1024")
+    pl.add_argument("--dtype", default="float32")
+    pl.add_argument("--configs", default="[{}]",
+                    help="JSON list of config overrides over the 1-thread default (default: [{}])")
+    pl.add_argument("--kernels", default="", help="comma-separated generated kernel files to time too")
+    pl.add_argument("--rounds", type=int, default=3)
+    pl.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    pl.add_argument("--out", default=None, help="result JSON (default logs/bench-placement-<time>.json)")
+    pl.set_defaults(handler=run_placement)
+
     c = bsub.add_parser("compare", help="the best configs of several tuning databases, re-measured side by side")
     c.add_argument("--shape", default="1024x1024x1024")
     c.add_argument("--dtype", default="float32")
@@ -129,6 +140,28 @@ def run_gemm(args) -> int:
     print(table_markdown(data))
     print(f"\nwrote {path} and {csv_path}")
     return 0
+
+
+def run_placement(args) -> int:
+    from tuner.bench.placement_bench import bench_placement, contenders, placement_markdown
+    from tuner.errors import UsageError
+    from workloads.gemm import Gemm
+
+    w = Gemm.parse(args.shape, args.dtype)
+    try:
+        configs = json.loads(args.configs)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--configs must be a JSON list of objects: {exc}") from None
+    if not isinstance(configs, list) or not all(isinstance(c, dict) for c in configs):
+        raise UsageError("--configs must be a JSON list of objects, e.g. '[{}, {\"mr\": 4}]'")
+    kernels = [k for k in args.kernels.split(",") if k]
+    for k in kernels:
+        if not Path(k).is_file():
+            raise UsageError(f"--kernels: no such file {k}")
+    if args.rounds < 1:
+        raise UsageError(f"--rounds must be >= 1, got {args.rounds}")
+    data = bench_placement(w, contenders(w, configs, kernels), rounds=args.rounds, clock=args.clock)
+    return _save_json(args, "placement", data, placement_markdown(data))
 
 
 def run_ladder(args) -> int:
