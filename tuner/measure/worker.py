@@ -119,23 +119,25 @@ def time_placements(fn: Callable[..., Any], w, inputs, outputs, expected, req: d
     a script calling the kernel gets whatever placement its allocator gives, and the slowest
     one is what the tuner can promise (the median across placements would still crown a
     config fast on most placements and twice as slow on the rest). Returns (samples, info)
-    or an error reply (a placement that gives a wrong answer). Per placement, ``cpu_median``
-    is the median CPU time per call (see ``time_callable``); ``cpu_placement_spread`` its
-    spread, which on a busy machine tells placement effects from time-slicing.
+    or an error reply: each placement's first output is checked, so a kernel right only
+    where its buffers are aligned is a WRONG_ANSWER naming the placement. Per placement,
+    ``cpu_median`` is the median CPU time per call (see ``time_callable``);
+    ``cpu_placement_spread`` its spread, which on a busy machine tells placement effects
+    from time-slicing.
     """
     from tuner.measure.placement import placed_copies, rotation, spread
 
     n = max(1, int(req.get("placements", 1)))
     per_repeat = max(3, -(-int(req["repeat"]) // n)) if n > 1 else int(req["repeat"])
     per_time = float(req["max_time_s"]) / n
-    found: list[tuple[float, list[float], dict]] = []
+    found: list[tuple[float, list[float], dict, list[float]]] = []
     for offsets in rotation(n, len(inputs) + len(outputs)):
         if req.get("placements") is None:     # no rotation asked for: the given buffers
             ins, outs = inputs, outputs
         else:
             arrays = placed_copies([*inputs, *outputs], offsets)
             ins, outs = arrays[:len(inputs)], arrays[len(inputs):]
-        if found and expected is not None:   # the first placement's output was checked already
+        if expected is not None and ins is not inputs:   # right wherever the buffers start
             fn(*ins, *outs)
             problem = w.check(ins, outs, expected)
             if problem:
@@ -144,10 +146,10 @@ def time_placements(fn: Callable[..., Any], w, inputs, outputs, expected, req: d
                                         req["min_repeat_ms"], per_time,
                                         req.get("cutoff_s") if not found else None)
         med = sorted(samples)[len(samples) // 2]
-        cpu = sorted(timing.get("cpu_samples") or [0.0])
-        found.append((med, samples, {"offsets": list(offsets), "median": med, "cpu": cpu,
-                                     "cpu_median": cpu[len(cpu) // 2],
-                                     "samples": len(samples), "number": timing["number"]}))
+        cpu = timing.get("cpu_samples") or [0.0]
+        found.append((med, samples, {"offsets": list(offsets), "median": med,
+                                     "cpu_median": sorted(cpu)[len(cpu) // 2],
+                                     "samples": len(samples), "number": timing["number"]}, cpu))
         if timing.get("cut_short"):
             return samples, {**timing, "placements": [found[-1][2]]}
     slowest = max(found, key=lambda f: f[0])
@@ -155,9 +157,7 @@ def time_placements(fn: Callable[..., Any], w, inputs, outputs, expected, req: d
     info = {"number": slowest[2]["number"], "placements": [f[2] for f in found],
             "placement_spread": spread(medians), "placement_rule": "slowest",
             "cpu_placement_spread": spread([f[2]["cpu_median"] for f in found]),
-            "cpu_samples": slowest[2]["cpu"]}
-    for f in found:
-        del f[2]["cpu"]
+            "cpu_samples": slowest[3]}
     return slowest[1], info
 
 
