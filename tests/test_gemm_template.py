@@ -250,7 +250,7 @@ def test_intrinsic_kernel_is_right_on_every_placement(dtype, build_dir):
     src = t.codegen(w, cfg)
     assert "prefetch_w2(C" in src
     kernel = getattr(_load(src, build_dir), t.entry)
-    ins, ref = w.make_inputs(seed=2), None
+    ins = w.make_inputs(seed=2)
     ref = w.reference(ins)
     for offsets in PLACEMENTS:
         arrays = placed_copies([*ins, *w.make_outputs()], offsets)
