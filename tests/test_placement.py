@@ -26,6 +26,7 @@ def test_placed_copies_keep_values_and_rotation_differs():
     out = placed_copies(src, (32, 16))
     assert [offset_of(a) for a in out] == [32, 16]
     assert all(np.array_equal(a, b) for a, b in zip(out, src))
+    assert placed_copies([src[0], 3.5], (16, 16))[1] == 3.5       # scalars pass through
     rot = rotation(4, 3)
     assert len(set(rot)) == 4 and rot[0] == (0, 0, 0) and rotation(2, 5)[1] == (16,) * 5
     assert spread([1.0, 1.1, 1.25]) == pytest.approx(0.25)

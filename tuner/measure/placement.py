@@ -40,9 +40,13 @@ def offset_of(arr: np.ndarray) -> int:
 
 
 def placed_copies(arrays: Sequence[np.ndarray], offsets: Sequence[int]) -> list[np.ndarray]:
-    """Fresh copies of ``arrays`` at the given offsets (outputs: pass zero-filled arrays)."""
+    """Fresh copies of ``arrays`` at the given offsets (anything not an array is passed on
+    as it is)."""
     out = []
     for a, off in zip(arrays, offsets):
+        if not isinstance(a, np.ndarray):
+            out.append(a)
+            continue
         b = empty_at(a.shape, a.dtype, off % LINE - (off % LINE) % a.dtype.itemsize)
         b[...] = a
         out.append(b)
