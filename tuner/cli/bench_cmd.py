@@ -111,12 +111,13 @@ def _save_json(args, kind: str, data: dict, table: str) -> int:
 def _mopts(args):
     from tuner.measure.measurer import MeasureOptions
 
-    if args.placements < 1:
+    placements = getattr(args, "placements", MeasureOptions.placements)   # compare: default
+    if placements < 1:
         from tuner.errors import UsageError
 
-        raise UsageError(f"--placements must be >= 1, got {args.placements}")
+        raise UsageError(f"--placements must be >= 1, got {placements}")
     return MeasureOptions(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, max_time_s=10.0,
-                          placements=args.placements)
+                          placements=placements)
 
 
 def run_gemm(args) -> int:
