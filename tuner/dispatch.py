@@ -151,15 +151,15 @@ def forget_selections(url: str | None = None) -> None:
             del _SELECTED[key]
 
 
-def _gemm_kernel(key: tuple, url: str, strict: bool):
+def _gemm_kernel(key: tuple):
     """(selection, kernel, Numba threads) for a gemm key; the store is queried only when the
     key is new or this process has written trials to the store since."""
     hit = _SELECTED.get(key)
-    if hit is not None and hit[0] == store_mod.writes(url):
+    if hit is not None and hit[0] == store_mod.writes(key[0]):
         return hit[1:]
     from workloads.gemm import Gemm
 
-    _, M, N, K, dtype, threads, _ = key
+    url, M, N, K, dtype, threads, strict = key
     w = Gemm(M, N, K, dtype)
     template = get_template("gemm")
     written = store_mod.writes(url)
@@ -183,7 +183,7 @@ def gemm(A: np.ndarray, B: np.ndarray, *, threads: int | None = None, db: str | 
     url = settings.db_url(db)
     key = (url, int(A.shape[0]), int(B.shape[1]), int(A.shape[1]), str(A.dtype),
            threads or usable_cores(), bool(strict))
-    _, fn, n_threads = _gemm_kernel(key, url, strict)
+    _, fn, n_threads = _gemm_kernel(key)
     import numba
 
     if numba.get_num_threads() != n_threads:
