@@ -16,6 +16,12 @@ def test_bench_gemm_writes_json_csv_and_table(db_url, tmp_path):
     for r in data["rows"]:
         assert r["status"] == "OK" and r["ratio"] > 0 and r["config_source"] == "fallback"
         assert len(r["kernel_samples"]) >= 6 and len(r["numpy_samples"]) >= 6  # two rounds each
+        assert r["kernel_placement_spread"] >= 0 and r["numpy_placement_spread"] >= 0
+        # the dispatched path, timed in a fresh process, selected the same config
+        assert r["dispatched_median_s"] > 0 and "dispatched_config" not in r, r.get("dispatched_error")
+        assert r["dispatched_vs_worker"] == r["dispatched_median_s"] / r["kernel_median_s"]
+        assert len(r["dispatched_rounds"]) == 3 and r["dispatched_vs_worker_cpu"] > 0
+        assert r["kernel_cpu_placement_spread"] >= 0
     assert (tmp_path / "b.csv").read_text().count("\n") == 5
     assert "| 1 | float64 | 17x9x5 | fallback |" in p.stdout
     rep = tuner("bench", "report", str(out))
@@ -68,3 +74,18 @@ def test_bench_compare_remeasures_each_databases_best(tmp_path):
     # a database without a record of the shape, and a missing file: one line, exit 2
     assert_one_line_error(tuner("bench", "compare", "--shape", "8x8x8", "--dbs", dbs[0], "--threads", "1"))
     assert_one_line_error(tuner("bench", "compare", "--dbs", str(tmp_path / "none.db"), "--threads", "1"))
+
+
+def test_bench_placement_times_every_contender_on_every_placement(tmp_path):
+    out = tmp_path / "p.json"
+    p = tuner("bench", "placement", "--shape", "32x48x16", "--configs", '[{}, {"unroll_k": 2}]',
+              "--rounds", "1", "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    data = json.loads(out.read_text())
+    assert [r["name"] for r in data["rows"]] == ["config0", "config1", "numpy"]
+    for r in data["rows"]:
+        assert len(r["per_placement_s"]) == len(data["placements"]) == 14
+        assert r["min_s"] <= r["median_s"] <= r["max_s"] and r["spread"] >= 0
+    assert "| numpy |" in p.stdout
+    assert_one_line_error(tuner("bench", "placement", "--configs", "{nope"))
+    assert_one_line_error(tuner("bench", "placement", "--shape", "8x8x8", "--configs", '[{"mr": 5}]'))

@@ -15,6 +15,7 @@ from workloads.gemm import Gemm
 @pytest.fixture(autouse=True)
 def _fresh_warnings():
     dispatch._WARNED.clear()
+    dispatch.forget_selections()
 
 
 def record(store, w, target, cfg, median=1e-3, template_version=1):
@@ -91,3 +92,44 @@ def test_tuner_gemm_api_falls_back_visibly_and_is_correct(db_url, capsys):
     assert err.count("no tuned config") == 1 and "--shape 33x29x17" in err
     with pytest.raises(NoRecordError):
         tuner.gemm(A, B, threads=1, strict=True)
+
+
+def test_tuner_gemm_caches_its_selection_per_process(db_url):
+    """After the first call no database query is made; a trial this process writes to the
+    store, or forget_selections(), makes the next call select again."""
+    import numpy as np
+    from sqlalchemy import event
+
+    import tuner
+    from search_spaces import get_template
+
+    store = dispatch.open_store(db_url)
+    queries = []
+    event.listen(store.engine, "before_cursor_execute", lambda *a, **k: queries.append(a[2]))
+    A = np.ones((9, 7), np.float32)
+    B = np.ones((7, 5), np.float32)
+    tuner.gemm(A, B, threads=1)
+    assert queries, "the first call consults the store"
+    queries.clear()
+    for _ in range(3):
+        C = tuner.gemm(A, B, threads=1)
+    assert queries == [] and (C == 7).all()
+    tuner.gemm(np.ones((9, 8), np.float32), np.ones((8, 5), np.float32), threads=1)
+    assert queries, "another workload is selected afresh"
+
+    t, w = get_template("gemm"), Gemm(9, 5, 7)
+    cfg = Config({**t.default_config(w, 1), "unroll_k": 2})
+    run = store.start_run(host_target(), "test", "random", 1)
+    store.add_trials(run, w, host_target(), [TrialRecord("gemm", t.version, cfg, 1,
+                                                         MeasureResult(Status.OK, [1e-6] * 3))])
+    queries.clear()
+    np.testing.assert_array_equal(tuner.gemm(A, B, threads=1), C)
+    assert queries, "a trial written by this process invalidates the cached selection"
+    (entry,) = [v for k, v in dispatch._SELECTED.items() if k[1:4] == (9, 5, 7)]
+    assert entry[1].source == "tuned" and entry[1].config == cfg
+    queries.clear()
+    tuner.gemm(A, B, threads=1)
+    assert queries == []
+    dispatch.forget_selections(db_url)
+    tuner.gemm(A, B, threads=1)
+    assert queries

@@ -223,3 +223,37 @@ def test_rowaxpy_correct(build_dir, shape, dtype, parallel, threads, unroll, til
                   "unroll_k": unroll, "parallel": parallel, "threads": threads})
     assert sp.is_valid(cfg), sp.violation(cfg)
     assert _run(w, cfg, build_dir) is None
+
+
+def test_intrinsic_micro_kernel_prefetches_every_line_of_its_c_tile():
+    from search_spaces.gemm_engine.microkernels import prefetch_c_lines
+
+    def cols(lines):
+        return sorted({int(ln.rsplit("cj + ", 1)[1].rstrip(")")) for ln in lines if "prefetch" in ln})
+    assert cols(prefetch_c_lines(6, 16, 4)) == [0, 15]          # one 64-byte row, maybe two lines
+    assert cols(prefetch_c_lines(4, 32, 4)) == [0, 16, 31]
+    assert cols(prefetch_c_lines(4, 8, 8)) == [0, 7]
+    assert sum("prefetch_w2" in ln for ln in prefetch_c_lines(6, 16, 4)) == 12
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_intrinsic_kernel_is_right_on_every_placement(dtype, build_dir):
+    """The C-tile prefetch addresses whole tiles past C's edges: harmless, and the answer is
+    the same wherever the operands start relative to a cache line."""
+    from tuner.measure.placement import PLACEMENTS, placed_copies
+
+    w = Gemm(13, 35, 17, dtype)
+    t = GemmTemplate()
+    lanes = 8 if dtype == "float32" else 4
+    cfg = Config({**t.default_config(w, 1), "microkernel": "intrinsic", "vec": lanes, "nr": 2 * lanes,
+                  "mr": 4, "tile_m": 16, "tile_n": 16, "tile_k": 32, "pack_a": True, "pack_b": True,
+                  "write_cache": True})
+    src = t.codegen(w, cfg)
+    assert "prefetch_w2(C" in src
+    kernel = getattr(_load(src, build_dir), t.entry)
+    ins = w.make_inputs(seed=2)
+    ref = w.reference(ins)
+    for offsets in PLACEMENTS:
+        arrays = placed_copies([*ins, *w.make_outputs()], offsets)
+        kernel(*arrays)
+        assert w.check(arrays[:2], arrays[2:], ref) is None, offsets

@@ -91,7 +91,7 @@ def _threads(threads: int | None) -> int:
 def tune(spec: str | Workload, *, trials: int = 64, strategy: str = "model",
          threads: int | None = None, template: str | None = None, db: str | None = None,
          seed: int = 0, timeout: float | None = None, early_stopping: int | None = None,
-         batch_size: int = 8, repeat: int = 7, min_repeat_ms: float = 40.0,
+         batch_size: int = 8, repeat: int = 7, min_repeat_ms: float = 40.0, placements: int = 4,
          run_timeout: float = 60.0, build_timeout: float = 120.0, transfer: bool = True,
          optuna_storage: str | None = "db", log: str | None = None, progress: bool = False,
          command: str = "", echo: Callable[[str], Any] | None = None) -> TuneResult:
@@ -111,7 +111,7 @@ def tune(spec: str | Workload, *, trials: int = 64, strategy: str = "model",
                        batch_size=batch_size, early_stopping=early_stopping, progress=progress,
                        transfer=transfer, optuna_storage=optuna_storage, log_path=log or None,
                        command=command or shlex.join(["python", *sys.argv]))
-    mopts = MeasureOptions(threads=n, repeat=repeat, min_repeat_ms=min_repeat_ms,
+    mopts = MeasureOptions(threads=n, repeat=repeat, min_repeat_ms=min_repeat_ms, placements=placements,
                            run_timeout=run_timeout, build_timeout=build_timeout)
     tpl = template_for(w, template)
     target = host_target()

@@ -8,7 +8,11 @@ when they exist the warning says so. A record made with other numba/llvmlite ver
 with a one-time notice (``strict`` refuses it).
 
 ``gemm(A, B)`` compiles the chosen kernel in this process (from Numba's on-disk cache when a
-tuning worker already built it) and runs it.
+tuning worker already built it) and runs it. Its selection and kernel are cached per process
+for (store URL, shape, dtype, threads, strict): after the first call no database query is
+made. A cached entry is dropped when this process writes trials to that store (a tuning run,
+``tuner.db.store.writes``) or on ``forget_selections()``; records written by another process
+are seen by a new process (or after ``forget_selections()``).
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ import numpy as np
 from search_spaces import get_template
 from search_spaces.space import Config
 from tuner import settings
+from tuner.db import store as store_mod
 from tuner.db.store import Best, Store
 from workloads.errors import NoRecordError, UsageError
 from tuner.target import Target, host_target, require_runnable, usable_cores
@@ -31,6 +36,9 @@ _WARNED: set[tuple] = set()
 _LOCK = threading.Lock()
 _KERNELS: dict[tuple[str, str], object] = {}
 _STORES: dict[str, Store] = {}
+# (store url, M, N, K, dtype, threads, strict) -> (store writes when selected, selection,
+# kernel, Numba threads): the dispatched path's per-process cache
+_SELECTED: dict[tuple, tuple[int, "Selection", object, int]] = {}
 
 
 @dataclass
@@ -127,7 +135,7 @@ def load_kernel(workload, template, config: Config):
     if fn is None:
         require_runnable()
         align_numba_cache()
-        path = write_source(template.codegen(workload, config))
+        path = write_source(template.codegen(workload, config), template=template)
         name = "tuner_kernel_" + path.stem
         spec = importlib.util.spec_from_file_location(name, path)
         mod = importlib.util.module_from_spec(spec)
@@ -183,23 +191,51 @@ def kernel(spec, *, threads: int | None = None, db: str | None = None, strict: b
     return Kernel(w, tpl, select_config(w, tpl, open_store(db), threads=threads, strict=strict))
 
 
+def forget_selections(url: str | None = None) -> None:
+    """Drop the dispatched path's cached selections (all of them, or those of one store URL),
+    so the next call consults the store again: after another process tuned, say."""
+    with _LOCK:
+        for key in [k for k in _SELECTED if url is None or k[0] == settings.db_url(url)]:
+            del _SELECTED[key]
+
+
+def _gemm_kernel(key: tuple):
+    """(selection, kernel, Numba threads) for a gemm key; the store is queried only when the
+    key is new or this process has written trials to the store since."""
+    hit = _SELECTED.get(key)
+    if hit is not None and hit[0] == store_mod.writes(key[0]):
+        return hit[1:]
+    from workloads.gemm import Gemm
+
+    url, M, N, K, dtype, threads, strict = key
+    w = Gemm(M, N, K, dtype)
+    template = get_template("gemm")
+    written = store_mod.writes(url)
+    sel = select_config(w, template, open_store(url), threads=threads, strict=strict)
+    fn = load_kernel(w, template, sel.config)
+    import numba
+
+    entry = (written, sel, fn, min(template.threads(sel.config), numba.config.NUMBA_NUM_THREADS))
+    with _LOCK:
+        _SELECTED[key] = entry
+    return entry[1:]
+
+
 def gemm(A: np.ndarray, B: np.ndarray, *, threads: int | None = None, db: str | None = None,
          strict: bool = False, out: np.ndarray | None = None) -> np.ndarray:
     """C = A @ B with the best tuned kernel for this shape, dtype and target (or a fallback)."""
-    from workloads.gemm import Gemm
-
     if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0]:
         raise UsageError(f"gemm needs A[M,K] and B[K,N]; got {A.shape} and {B.shape}")
     if A.dtype != B.dtype:
         raise UsageError(f"gemm operands differ in dtype: {A.dtype} and {B.dtype}")
-    w = Gemm(int(A.shape[0]), int(B.shape[1]), int(A.shape[1]), str(A.dtype))
-    threads = threads or usable_cores()
-    template = get_template("gemm")
-    sel = select_config(w, template, open_store(db), threads=threads, strict=strict)
-    fn = load_kernel(w, template, sel.config)
+    url = settings.db_url(db)
+    key = (url, int(A.shape[0]), int(B.shape[1]), int(A.shape[1]), str(A.dtype),
+           threads or usable_cores(), bool(strict))
+    _, fn, n_threads = _gemm_kernel(key)
     import numba
 
-    numba.set_num_threads(min(template.threads(sel.config), numba.config.NUMBA_NUM_THREADS))
-    C = out if out is not None else np.empty((w.M, w.N), dtype=A.dtype)
+    if numba.get_num_threads() != n_threads:
+        numba.set_num_threads(n_threads)
+    C = out if out is not None else np.empty((key[1], key[2]), dtype=A.dtype)
     fn(np.ascontiguousarray(A), np.ascontiguousarray(B), C)
     return C

@@ -69,7 +69,8 @@ def generate(w: Gemm, c: dict, version: int) -> str:
         f"Structure: block loops (order {'/'.join(c['loop_order'])}, outermost first) -> "
         "packing -> macro-kernel over",
         f"MR x NR register tiles -> '{c['microkernel']}' micro-kernel."], mk.extra_imports(c))
-    c = {**c, "fastmath": w.dtype != "int32"}   # not a knob: plain loops always want it
+    # not knobs: plain loops always want fast-math; the micro-kernel's C prefetch its lines
+    c = {**c, "fastmath": w.dtype != "int32", "itemsize": 8 if w.dtype == "float64" else 4}
     mr, nr = c["mr"], c["nr"]
     par = c["parallel"]
     pack_a, pack_b = c["pack_a"], c["pack_b"]

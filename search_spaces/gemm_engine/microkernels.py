@@ -220,12 +220,27 @@ def micro_unrolled_source(mr: int, nr: int, pack_a: bool, pack_b: bool, fastmath
     return head + _indent(lines)
 
 
+def prefetch_c_lines(mr: int, nr: int, itemsize: int) -> list[str]:
+    """Write hints for every cache line of the MR x NR tile of C at (ci, cj), whatever C's
+    alignment: each row's first element, one per line's worth of elements after it, and its
+    last element (an unaligned row straddles one line more)."""
+    per_line = max(1, 64 // itemsize)
+    cols = sorted(set(range(0, nr, per_line)) | {nr - 1})
+    lines = ["# the C tile's lines, fetched for writing while the K loop runs (placement-proof)"]
+    for r in range(mr):
+        lines += [f"prefetch_w2(C, ci + {r}, cj + {c})" for c in cols]
+    return lines
+
+
 def micro_intrinsic_source(mr: int, nr: int, vec: int, unroll: int, pack_a: bool,
-                           pack_b: bool, write_cache: bool) -> list[str]:
+                           pack_b: bool, write_cache: bool, itemsize: int = 4) -> list[str]:
     """Explicit LLVM vectors: each row of the tile is NR/VEC vectors of VEC lanes.
 
     With ``write_cache`` the MR x NR/VEC accumulators stay in registers for the whole K loop
-    and C is written once; without it every K step loads, updates and stores C.
+    and C is written once; without it every K step loads, updates and stores C. With the
+    write cache the tile of C is prefetched for writing before the K loop
+    (``prefetch_c_lines``): without it the time depended on C's offset from a cache line by
+    up to 14% (1024^3 fp32, 6x16 tile).
     """
     nv = nr // vec
     acc = [[f"c_{r}_{v}" for v in range(nv)] for r in range(mr)]
@@ -244,6 +259,7 @@ def micro_intrinsic_source(mr: int, nr: int, vec: int, unroll: int, pack_a: bool
     if pack_b:
         lines.append("b = bj * (TILE_K * NR)   # this B panel")
     if write_cache:
+        lines += prefetch_c_lines(mr, nr, itemsize)
         for r in range(mr):
             lines.append(" = ".join(acc[r]) + f" = vsplat(ZERO, {vec})")
 
@@ -289,8 +305,8 @@ def micro_intrinsic_source(mr: int, nr: int, vec: int, unroll: int, pack_a: bool
 # -- dispatch ------------------------------------------------------------------------------
 def extra_imports(c: dict) -> list[str]:
     if c["microkernel"] == "intrinsic":
-        return ["from search_spaces.runtime.simd import (vadd, vbroadcast, vbroadcast2, vfma, vload, vload2, vsplat,",
-                "                                vstore, vstore2)"]
+        return ["from search_spaces.runtime.simd import (prefetch_w2, vadd, vbroadcast, vbroadcast2, vfma, vload,",
+                "                                vload2, vsplat, vstore, vstore2)"]
     return []
 
 
@@ -303,5 +319,5 @@ def micro_kernel_source(c: dict) -> list[str]:
         return micro_unrolled_source(c["mr"], c["nr"], c["pack_a"], c["pack_b"], fm, c["unroll_k"])
     if kind == "intrinsic":
         return micro_intrinsic_source(c["mr"], c["nr"], c["vec"], c["unroll_k"], c["pack_a"],
-                                      c["pack_b"], c["write_cache"])
+                                      c["pack_b"], c["write_cache"], c.get("itemsize", 4))
     raise InstantiationError(f"micro-kernel formulation {kind!r} is not implemented")

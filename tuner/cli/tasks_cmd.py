@@ -82,6 +82,7 @@ def tune_model_cmd(args) -> int:
     threads = threads_of(args)
     store, target = open_store(args), host_target()
     mopts = MeasureOptions(threads=threads, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms,
+                           placements=getattr(args, "placements", 4),
                            run_timeout=args.run_timeout, build_timeout=args.build_timeout)
     echo = (lambda *a, **k: print(*a, file=sys.stderr, **k)) if args.json else print
     if not args.json:

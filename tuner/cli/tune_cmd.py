@@ -28,6 +28,8 @@ def register(sub) -> None:
                    help="stop after N trials without a new best")
     p.add_argument("--repeat", type=int, default=7, help="timed samples per candidate")
     p.add_argument("--min-repeat-ms", type=float, default=40.0, help="minimum length of one sample")
+    p.add_argument("--placements", type=int, default=4,
+                   help="buffer placements each candidate is timed on (score: the slowest)")
     p.add_argument("--run-timeout", type=float, default=60.0, help="seconds before a run is TIMEOUT")
     p.add_argument("--build-timeout", type=float, default=120.0, help="seconds before a build is TIMEOUT")
     p.add_argument("--log", default="logs/tuning.jsonl",
@@ -56,7 +58,8 @@ def run(args) -> int:
              template=args.template, db=args.db, seed=args.seed, timeout=args.timeout,
              early_stopping=args.early_stopping, batch_size=args.batch_size, repeat=args.repeat,
              min_repeat_ms=args.min_repeat_ms, run_timeout=args.run_timeout,
-             build_timeout=args.build_timeout, transfer=not args.no_transfer,
+             build_timeout=args.build_timeout, placements=args.placements,
+             transfer=not args.no_transfer,
              optuna_storage=None if args.optuna_storage == "memory" else args.optuna_storage,
              log=args.log or None, progress=not args.no_progress,
              command=shlex.join(["python", "-m", "tuner", *sys.argv[1:]]),

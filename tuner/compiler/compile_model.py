@@ -131,7 +131,7 @@ def _plan_kernel(node: Node, *, threads: int, store, strict: bool, tuned: bool) 
             config, source, note = sel.config, sel.source, sel.note
         else:
             config, source, note = tpl.default_config(w, threads), "fallback", "untuned build"
-        path = write_source(tpl.codegen(w, config))
+        path = write_source(tpl.codegen(w, config), template=tpl)
     except NoRecordError:
         raise                                     # --strict: a fallback is an error
     except TunerError as exc:

@@ -83,6 +83,15 @@ def rank_configs(rows: Sequence[TrialRow]) -> list[tuple[float, list[TrialRow]]]
     return sorted(((max(x.median for x in rs), rs) for rs in by_cfg.values()), key=lambda p: p[0])
 
 
+_WRITES: dict[str, int] = {}   # store URL -> batches of trials written by this process
+
+
+def writes(url: str) -> int:
+    """Batches of trials this process has written to ``url``: a selection cached by
+    ``tuner.dispatch`` is stale once this moved on (a tuning run in the same process)."""
+    return _WRITES.get(url, 0)
+
+
 class Store:
     def __init__(self, url: str, create: bool = True):
         """Open the records at ``url``; ``create=False`` (queries) refuses a SQLite file that
@@ -197,6 +206,7 @@ class Store:
 
     def add_trials(self, run_id: str | None, workload, target, records: Sequence[TrialRecord]) -> list[int]:
         """Write one batch of measured candidates in one transaction; returns their ids."""
+        _WRITES[self.url] = _WRITES.get(self.url, 0) + 1
         flops = workload.flops()
         with self.session() as s:
             w, t = self._workload(s, workload), self._target(s, target)

@@ -2,12 +2,13 @@
 
 Builds (Numba compiles) of a batch run concurrently in ``build_workers`` processes; runs are
 serial in one pinned run worker, so no compile competes with a timing. Generated sources are
-written to ``<cache>/kernels/<sha1 of source>.py``: content-addressed, so the same kernel is
-built once and Numba's cache (``<cache>/numba``) serves every later run.
+written to ``<cache>/kernels/k_<digest>.py``: content-addressed (the source, the project
+modules it imports and the toolchain versions: ``tuner.measure.kernel_key``), so the same
+kernel is built once and Numba's cache (``<cache>/numba``) serves every later run, and a
+changed helper module or a Numba upgrade gets a new file, compiled anew.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 import time
@@ -19,6 +20,7 @@ from typing import Sequence
 from search_spaces.space import Config
 from tuner import settings
 from workloads.errors import InstantiationError
+from tuner.measure.kernel_key import kernel_digest
 from tuner.measure.pool import Worker, worker_env
 from tuner.measure.result import MeasureResult, Status
 
@@ -33,13 +35,17 @@ class MeasureOptions:
     build_timeout: float = 120.0
     run_timeout: float = 60.0
     build_workers: int = 0        # 0: one per core
+    # freshly allocated buffer placements each candidate is timed on (offsets from 64-byte
+    # alignment, tuner.measure.placement); its score is the slowest placement's median
+    placements: int = 4
     check: bool = True
 
     def __post_init__(self) -> None:
         """Every caller (CLI, ``tuner.tune``, scripts) gets the same one-line errors."""
         from workloads.errors import UsageError
 
-        for name in ("threads", "repeat", "min_repeat_ms", "max_time_s", "build_timeout", "run_timeout"):
+        for name in ("threads", "repeat", "min_repeat_ms", "max_time_s", "build_timeout", "run_timeout",
+                     "placements"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or value <= 0:
                 raise UsageError(f"{name.replace('_', '-')} must be positive, got {value}")
@@ -63,12 +69,19 @@ def workload_request(workload) -> dict:
     return req
 
 
-def write_source(source: str, cache: Path | None = None) -> Path:
-    """Store ``source`` under its content hash (atomic; existing files are left alone)."""
+def write_source(source: str, cache: Path | None = None, template=None) -> Path:
+    """Store ``source`` under its content address (atomic; existing files are left alone).
+
+    The address covers the source, every project module it imports (transitively), the
+    numba/llvmlite versions and ``template``'s name and version (a template object or a
+    ``"name/version"`` string), so cached machine code is never reused after any of them
+    changed (``tuner.measure.kernel_key``)."""
     cache = cache or settings.cache_dir()
     folder = cache / "kernels"
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"k_{hashlib.sha1(source.encode()).hexdigest()[:20]}.py"
+    if template is not None and not isinstance(template, str):
+        template = f"{getattr(template, 'name', '?')}/{getattr(template, 'version', '?')}"
+    path = folder / f"k_{kernel_digest(source, template or '')[:20]}.py"
     if not path.exists():
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(source)
@@ -122,7 +135,7 @@ class Measurer:
             return None, MeasureResult(Status.INVALID, error=str(exc))
         except Exception as exc:  # noqa: BLE001 - a codegen bug is this candidate's failure
             return None, MeasureResult(Status.COMPILE_ERROR, error=f"codegen failed: {type(exc).__name__}: {exc}")
-        return write_source(source, self.cache), None
+        return write_source(source, self.cache, template), None
 
     def _build(self, worker: Worker, workload, template, path: Path) -> dict:
         req = {"path": str(path), "entry": template.entry,
@@ -134,7 +147,7 @@ class Measurer:
         req = {"path": str(path), "entry": template.entry, **workload_request(workload),
                "threads": template.threads(config), "warmup": o.warmup, "repeat": o.repeat,
                "min_repeat_ms": o.min_repeat_ms, "max_time_s": o.max_time_s, "check": o.check,
-               "cutoff_s": cutoff_s}
+               "cutoff_s": cutoff_s, "placements": o.placements}
         return self._runner.call("run", req, o.run_timeout)
 
     # -- public ------------------------------------------------------------------------
@@ -204,7 +217,8 @@ class Measurer:
         """NumPy's reference implementation timed by the run worker, same procedure."""
         o = self.opts
         req = {**workload_request(workload), "threads": threads or o.threads, "warmup": o.warmup,
-               "repeat": o.repeat, "min_repeat_ms": o.min_repeat_ms, "max_time_s": o.max_time_s}
+               "repeat": o.repeat, "min_repeat_ms": o.min_repeat_ms, "max_time_s": o.max_time_s,
+               "placements": o.placements}
         r = self._runner.call("baseline", req, o.run_timeout)
         return MeasureResult(Status(r["status"]), samples=r.get("samples", []),
                              error=r.get("error", ""), info=r.get("info", {}))

@@ -6,7 +6,10 @@ Two jobs, each a plain function of a request dict that returns a reply dict:
   for the workload's argument types. Numba writes the machine code to its cache
   (``cache=True``), so the run worker loads it instead of compiling again.
 - ``run``: import the module (Numba cache hit), call once and check the answer against the
-  NumPy reference, warm up, then time ``repeat`` samples of at least ``min_repeat_ms`` each.
+  NumPy reference, then time it on ``placements`` sets of freshly allocated, differently
+  placed inputs and outputs (``tuner.measure.placement``): per placement, check once, warm
+  up, time samples of at least ``min_repeat_ms`` each. The reply's samples are the slowest
+  placement's; every placement's median and the spread are in its info.
 - ``baseline``: the same timing procedure for NumPy's ``A @ B`` with BLAS limited to the same
   number of threads.
 
@@ -97,13 +100,67 @@ def time_callable(fn: Callable[[], Any], warmup: int, repeat: int, min_repeat_ms
     per_sample = warm * number
     if per_sample * repeat > max_time_s:
         repeat = max(3, min(repeat, int(max_time_s / per_sample)))
-    samples = []
+    samples, cpu = [], []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         for _ in range(number):
             fn()
         samples.append((time.perf_counter() - t0) / number)
-    return samples, {"number": number}
+        cpu.append((time.process_time() - c0) / number)
+    # CPU seconds of the whole process per call: on a shared machine, for a 1-thread kernel,
+    # the figure that time slices taken by other processes do not inflate
+    return samples, {"number": number, "cpu_samples": cpu}
+
+
+def time_placements(fn: Callable[..., Any], w, inputs, outputs, expected, req: dict):
+    """Time ``fn(*inputs, *outputs)`` on ``req["placements"]`` placements of fresh copies.
+
+    Each placement gets its own warm-up and ``ceil(repeat / placements)`` (at least 3)
+    samples within its share of ``max_time_s``. The score must not reward one lucky
+    placement, so the samples returned are those of the placement with the slowest median:
+    a script calling the kernel gets whatever placement its allocator gives, and the slowest
+    one is what the tuner can promise (the median across placements would still crown a
+    config fast on most placements and twice as slow on the rest). Returns (samples, info)
+    or an error reply: each placement's first output is checked, so a kernel right only
+    where its buffers are aligned is a WRONG_ANSWER naming the placement. Per placement,
+    ``cpu_median`` is the median CPU time per call (see ``time_callable``);
+    ``cpu_placement_spread`` its spread, which on a busy machine tells placement effects
+    from time-slicing.
+    """
+    from tuner.measure.placement import placed_copies, rotation, spread
+
+    n = max(1, int(req.get("placements", 1)))
+    per_repeat = max(3, -(-int(req["repeat"]) // n)) if n > 1 else int(req["repeat"])
+    per_time = float(req["max_time_s"]) / n
+    found: list[tuple[float, list[float], dict, list[float]]] = []
+    for offsets in rotation(n, len(inputs) + len(outputs)):
+        if req.get("placements") is None:     # no rotation asked for: the given buffers
+            ins, outs = inputs, outputs
+        else:
+            arrays = placed_copies([*inputs, *outputs], offsets)
+            ins, outs = arrays[:len(inputs)], arrays[len(inputs):]
+        if expected is not None and ins is not inputs:   # right wherever the buffers start
+            fn(*ins, *outs)
+            problem = w.check(ins, outs, expected)
+            if problem:
+                return {"status": "WRONG_ANSWER", "error": f"placement {offsets}: {problem}"}
+        samples, timing = time_callable(lambda: fn(*ins, *outs), req["warmup"], per_repeat,
+                                        req["min_repeat_ms"], per_time,
+                                        req.get("cutoff_s") if not found else None)
+        med = sorted(samples)[len(samples) // 2]
+        cpu = timing.get("cpu_samples") or [0.0]
+        found.append((med, samples, {"offsets": list(offsets), "median": med,
+                                     "cpu_median": sorted(cpu)[len(cpu) // 2],
+                                     "samples": len(samples), "number": timing["number"]}, cpu))
+        if timing.get("cut_short"):
+            return samples, {**timing, "placements": [found[-1][2]]}
+    slowest = max(found, key=lambda f: f[0])
+    medians = [f[0] for f in found]
+    info = {"number": slowest[2]["number"], "placements": [f[2] for f in found],
+            "placement_spread": spread(medians), "placement_rule": "slowest",
+            "cpu_placement_spread": spread([f[2]["cpu_median"] for f in found]),
+            "cpu_samples": slowest[3]}
+    return slowest[1], info
 
 
 def _pin(threads: int) -> None:
@@ -162,10 +219,12 @@ def run(req: dict) -> dict:
             problem = w.check(inputs, outputs, expected)
             if problem:
                 return {"status": "WRONG_ANSWER", "error": problem, "info": info}
-        samples, timing = time_callable(lambda: fn(*args), req["warmup"], req["repeat"],
-                                        req["min_repeat_ms"], req["max_time_s"], req.get("cutoff_s"))
+        timed = time_placements(fn, w, inputs, outputs, expected, req)
     except Exception as exc:  # noqa: BLE001
         return {"status": "RUNTIME_ERROR", "error": _short_error(exc), "info": info}
+    if isinstance(timed, dict):
+        return {**timed, "info": info}
+    samples, timing = timed
     return {"status": "OK", "samples": samples, "info": {**info, **timing}}
 
 
@@ -178,8 +237,9 @@ def baseline(req: dict) -> dict:
     w, inputs, _ = _workload({**req, "check": False})
     outs = w.make_outputs()
     with threadpool_limits(limits=threads, user_api="blas"):
-        samples, timing = time_callable(lambda: w.baseline(inputs, outs), req["warmup"],
-                                        req["repeat"], req["min_repeat_ms"], req["max_time_s"])
+        n_in = len(inputs)
+        samples, timing = time_placements(lambda *a: w.baseline(list(a[:n_in]), list(a[n_in:])),
+                                          w, inputs, outs, None, req)
         blas = [{k: p.get(k) for k in ("internal_api", "version", "num_threads", "architecture")}
                 for p in threadpool_info() if p.get("user_api") == "blas"]
     return {"status": "OK", "samples": samples,
