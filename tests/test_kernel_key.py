@@ -33,8 +33,8 @@ def test_closure_follows_import_time_imports_transitively():
     assert {"search_spaces", "search_spaces.runtime.simd", "workloads.errors"} <= set(closure)
     # imports inside function bodies are not followed (they would pull in the whole project)
     assert "tuner.dispatch" not in closure and "search_spaces.templates.gemm" not in closure
-    closure2 = kernel_key.project_closure("from search_spaces.epilogue import vdiv\n")
-    assert "search_spaces.runtime.simd" in closure2            # epilogue imports simd: transitive
+    closure2 = kernel_key.project_closure("from search_spaces.runtime.vector_ops import vdiv\n")
+    assert "search_spaces.runtime.simd" in closure2            # vector_ops imports simd: transitive
 
 
 def test_address_changes_with_helper_source_versions_and_template(tmp_path, monkeypatch):
@@ -91,7 +91,7 @@ def test_editing_a_helper_in_a_copy_of_the_project_recompiles(tmp_path):
     again = load()
     assert first["ok"] and again["ok"]
     assert again["hits"] >= 1 and again["misses"] == 0 and again["files"] == first["files"]
-    simd = proj / "search_spaces" / "simd.py"
+    simd = proj / "search_spaces" / "runtime" / "simd.py"
     simd.write_text(simd.read_text() + "\n# an edit: a helper's code changed\n")
     edited = load()
     assert edited["ok"] and edited["misses"] >= 1 and edited["hits"] == 0
