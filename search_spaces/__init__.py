@@ -7,9 +7,14 @@ from tuner.errors import UsageError
 
 REGISTRY: dict[str, str] = {
     "gemm": "search_spaces.gemm:GemmTemplate",
+    "gemm_int8": "search_spaces.gemm_int8:GemmInt8Template",
     "conv2d": "search_spaces.conv2d:Conv2dTemplate", "dense": "search_spaces.dense:DenseTemplate", "injective": "search_spaces.injective:InjectiveTemplate", "fixed": "search_spaces.fixed:FixedTemplate",
 }
 _INSTANCES: dict[str, object] = {}
+# (kind, dtype) -> the template that computes that dtype, where it is not the kind's own
+DTYPE_TEMPLATES: dict[tuple[str, str], str] = {
+    ("gemm", "int8"): "gemm_int8", ("gemm", "int8w7"): "gemm_int8",
+}
 
 
 def get_template(name: str):
@@ -39,3 +44,18 @@ def templates_for(kind: str) -> list[str]:
     names = [kind] if kind in REGISTRY else []
     names += [n for n, t in _INSTANCES.items() if n != kind and t.workload_kind == kind]
     return names
+
+
+def template_for(workload, name: str | None = None):
+    """The template that computes ``workload``: ``name`` when given, else the one registered
+    for its (kind, dtype) in ``DTYPE_TEMPLATES``, else the kind's own. A template whose
+    ``dtypes`` do not include the workload's dtype is a UsageError (one line, exit 2)."""
+    dtype = getattr(workload, "dtype", None)
+    name = name or DTYPE_TEMPLATES.get((workload.kind, dtype)) or (templates_for(workload.kind) or [workload.kind])[0]
+    template = get_template(name)
+    allowed = getattr(template, "dtypes", None)
+    if dtype is not None and allowed is not None and dtype not in allowed:
+        other = DTYPE_TEMPLATES.get((workload.kind, dtype))
+        raise UsageError(f"template {name!r} has no {dtype} form (it computes {', '.join(allowed)})"
+                         + (f"; use --template {other}" if other else ""))
+    return template

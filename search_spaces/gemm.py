@@ -82,6 +82,7 @@ class GemmTemplate(Template):
     name = "gemm"
     version = 8
     workload_kind = "gemm"
+    dtypes = ("float32", "float64", "int32")   # int8: search_spaces/gemm_int8.py
     entry = "kernel"
 
     # -- the space -----------------------------------------------------------------------

@@ -20,6 +20,8 @@ class Template(ABC):
     version: ClassVar[int]        # bump when generated code changes meaning or speed
     workload_kind: ClassVar[str]  # the workload kind it computes
     entry: ClassVar[str] = "kernel"
+    # workload dtypes the template computes (None: whatever its workload kind allows)
+    dtypes: ClassVar[tuple[str, ...] | None] = None
 
     @abstractmethod
     def space(self, workload: Workload, max_threads: int = 1) -> ConfigSpace:

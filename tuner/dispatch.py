@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from search_spaces import get_template
+from search_spaces import template_for
 from search_spaces.space import Config
 from tuner import settings
 from tuner.db.store import Best, Store
@@ -135,23 +135,38 @@ def open_store(url: str | None = None) -> Store:
     return _STORES[url]
 
 
+def _gemm_dtype(A: np.ndarray, B: np.ndarray, weights7: bool) -> str:
+    """The workload dtype of ``A @ B``: the operands' own, or int8 for uint8 x int8 (int8w7
+    when the caller promises weights in [-64, 64]; checked, since that kernel relies on it)."""
+    if (A.dtype, B.dtype) == (np.uint8, np.int8):
+        if not weights7:
+            return "int8"
+        if B.size and (int(B.min()) < -64 or int(B.max()) > 64):
+            raise UsageError("weights7=True needs every weight in [-64, 64]; got "
+                             f"[{int(B.min())}, {int(B.max())}]")
+        return "int8w7"
+    if A.dtype != B.dtype:
+        raise UsageError(f"gemm operands differ in dtype: {A.dtype} and {B.dtype} "
+                         "(uint8 x int8 is the quantized GEMM)")
+    return str(A.dtype)
+
+
 def gemm(A: np.ndarray, B: np.ndarray, *, threads: int | None = None, db: str | None = None,
-         strict: bool = False, out: np.ndarray | None = None) -> np.ndarray:
-    """C = A @ B with the best tuned kernel for this shape, dtype and target (or a fallback)."""
+         strict: bool = False, out: np.ndarray | None = None, weights7: bool = False) -> np.ndarray:
+    """C = A @ B with the best tuned kernel for this shape, dtype and target (or a fallback).
+    uint8 A x int8 B gives int32 C (``weights7``: B in [-64, 64], the int8w7 workload)."""
     from workloads.gemm import Gemm
 
     if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0]:
         raise UsageError(f"gemm needs A[M,K] and B[K,N]; got {A.shape} and {B.shape}")
-    if A.dtype != B.dtype:
-        raise UsageError(f"gemm operands differ in dtype: {A.dtype} and {B.dtype}")
-    w = Gemm(int(A.shape[0]), int(B.shape[1]), int(A.shape[1]), str(A.dtype))
+    w = Gemm(int(A.shape[0]), int(B.shape[1]), int(A.shape[1]), _gemm_dtype(A, B, weights7))
     threads = threads or usable_cores()
-    template = get_template("gemm")
+    template = template_for(w)
     sel = select_config(w, template, open_store(db), threads=threads, strict=strict)
     fn = load_kernel(w, template, sel.config)
     import numba
 
     numba.set_num_threads(min(template.threads(sel.config), numba.config.NUMBA_NUM_THREADS))
-    C = out if out is not None else np.empty((w.M, w.N), dtype=A.dtype)
+    C = out if out is not None else np.empty((w.M, w.N), dtype=w.output_specs()[0][1])
     fn(np.ascontiguousarray(A), np.ascontiguousarray(B), C)
     return C

@@ -16,7 +16,7 @@ import os
 import statistics
 from pathlib import Path
 
-from search_spaces import get_template
+from search_spaces import template_for
 from tuner.bench.peak import measured_ghz, peak_gflops
 from tuner.dispatch import select_config
 from tuner.measure.measurer import MeasureOptions, Measurer
@@ -48,7 +48,6 @@ def side_by_side(measurer: Measurer, workload, template, config, rounds: int = 2
 def bench_gemm(shapes, dtypes, threads_list, store, tune_trials: int = 0, strategy: str = "model",
                measure: MeasureOptions | None = None, log=print) -> dict:
     target = host_target()
-    template = get_template("gemm")
     rows, overhead = [], {}
     load_before = os.getloadavg()[0]
     for threads in threads_list:
@@ -58,6 +57,7 @@ def bench_gemm(shapes, dtypes, threads_list, store, tune_trials: int = 0, strate
                 overhead[f"{dtype}/{threads}"] = m.call_overhead(dtype)
                 for shape in shapes:
                     w = Gemm.parse(shape, dtype)
+                    template = template_for(w)
                     sel = select_config(w, template, store, target, threads, quiet=True)
                     if sel.source == "fallback" and tune_trials > 0:
                         log(f"tuning {w} with {threads} thread(s), {tune_trials} trials ...")

@@ -53,7 +53,7 @@ def _positive(name: str, value, allow_none: bool = False) -> None:
 
 
 def run(args) -> int:
-    from search_spaces import get_template, templates_for
+    from search_spaces import template_for
     from tuner.measure.measurer import MeasureOptions
     from tuner.target import host_target
     from tuner.tuning import TuneOptions, tune
@@ -72,7 +72,7 @@ def run(args) -> int:
 
     if args.strategy not in STRATEGIES:
         raise UsageError(f"unknown strategy {args.strategy!r}; choose one of {', '.join(STRATEGIES)}")
-    template = get_template(args.template or templates_for(workload.kind)[0])
+    template = template_for(workload, args.template)
     store = open_store(args)
     target = host_target()
     opts = TuneOptions(strategy=args.strategy, trials=args.trials, timeout=args.timeout,
