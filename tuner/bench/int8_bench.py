@@ -12,7 +12,10 @@ alike:
 - fp32: our float32 GEMM of the same shape (its own record or fallback), on float copies.
 
 Each figure is the median of all its samples; ratios are competitor time / our time (> 1:
-ours is faster). Both integer outputs are checked exactly against NumPy: a contender that
+ours is faster). At one thread every contender runs on the calling thread (ONNX Runtime with
+one intra-op thread has no pool), so each round also takes samples of the thread's CPU time
+(``time.thread_time``): on a shared machine where other processes take turns on the cores,
+wall time counts their turns and CPU time does not, so the ``cpu`` figures are the steadier ones. Both integer outputs are checked exactly against NumPy: a contender that
 gives a wrong answer (ONNX Runtime's ``vpmaddubsw`` path saturates on full-range weights the
 way ours would) is reported as such, never silently timed.
 """
@@ -106,12 +109,15 @@ def bench_int8(shapes, dtypes, threads_list, store, tune_trials: int = 0, strate
                     ours_check = w.check([a, b], [c], [ref])
                     ort_check = w.check([a, b], [sess.run(None, feeds)[0]], [ref])
                     samples = {k: [] for k in CONTENDERS}
+                    cpu = {k: [] for k in CONTENDERS} if threads == 1 else {}
                     for _ in range(rounds):
                         for name, (nthreads, fn) in calls.items():
                             if nthreads is not None:
                                 numba.set_num_threads(min(nthreads, numba.config.NUMBA_NUM_THREADS))
                             s, _ = time_callable(fn, 1, repeat, min_repeat_ms, 10.0)
                             samples[name] += s
+                            if cpu:
+                                cpu[name] += thread_cpu_samples(fn, repeat, min_repeat_ms)
                 finally:
                     os.sched_setaffinity(0, allowed)
                 st = {k: summarize(v) for k, v in samples.items()}
@@ -125,7 +131,14 @@ def bench_int8(shapes, dtypes, threads_list, store, tune_trials: int = 0, strate
                        **{f"{k}_gops": ops / st[k]["median"] / 1e9 for k in CONTENDERS},
                        "ratio_vs_ort": st["ort"]["median"] / st["int8"]["median"],
                        "ratio_vs_fp32": st["fp32"]["median"] / st["int8"]["median"],
-                       "samples": samples}
+                       "samples": samples, "cpu_samples": cpu}
+                if cpu:
+                    ct = {k: summarize(v) for k, v in cpu.items()}
+                    row.update({f"{k}_cpu_median_s": ct[k]["median"] for k in CONTENDERS})
+                    row.update({f"{k}_cpu_iqr_s": ct[k]["iqr"] for k in CONTENDERS})
+                    row.update(cpu_ratio_vs_ort=ct["ort"]["median"] / ct["int8"]["median"],
+                               cpu_ratio_vs_fp32=ct["fp32"]["median"] / ct["int8"]["median"],
+                               int8_cpu_gops=ops / ct["int8"]["median"] / 1e9)
                 rows.append(row)
                 log(format_row(row))
     import onnxruntime
@@ -138,6 +151,24 @@ def bench_int8(shapes, dtypes, threads_list, store, tune_trials: int = 0, strate
             "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)], "rows": rows}
 
 
+def thread_cpu_samples(fn, repeat: int, min_repeat_ms: float) -> list[float]:
+    """Seconds of this thread's CPU time per call: ``repeat`` samples of at least
+    ``min_repeat_ms`` of CPU time each (the call was warmed up by the wall-time samples)."""
+    import time
+
+    out = []
+    for _ in range(repeat):
+        t0, n = time.thread_time(), 0
+        while True:
+            fn()
+            n += 1
+            spent = time.thread_time() - t0
+            if spent * 1000 >= min_repeat_ms:
+                break
+        out.append(spent / n)
+    return out
+
+
 def _flag(check: str | None) -> str:
     return "" if check is None else " WRONG"
 
@@ -146,7 +177,9 @@ def format_row(r: dict) -> str:
     return (f"{r['threads']}t {r['dtype']:7s} {r['shape']:15s} int8 {r['int8_median_s'] * 1e3:8.3f} ms"
             f"{_flag(r['int8_check'])} {r['int8_gops']:6.1f} GOPS  ort {r['ort_median_s'] * 1e3:8.3f} ms"
             f"{_flag(r['ort_check'])}  fp32 {r['fp32_median_s'] * 1e3:8.3f} ms  "
-            f"vs ORT {r['ratio_vs_ort']:4.2f}x  vs fp32 {r['ratio_vs_fp32']:4.2f}x")
+            f"vs ORT {r['ratio_vs_ort']:4.2f}x  vs fp32 {r['ratio_vs_fp32']:4.2f}x"
+            + (f"  | cpu: int8 {r['int8_cpu_median_s'] * 1e3:.3f} ms, vs ORT {r['cpu_ratio_vs_ort']:4.2f}x, "
+               f"vs fp32 {r['cpu_ratio_vs_fp32']:4.2f}x" if "cpu_ratio_vs_ort" in r else ""))
 
 
 def table_markdown(data: dict) -> str:
@@ -165,6 +198,16 @@ def table_markdown(data: dict) -> str:
         lines.append(f"| {r['threads']} | {r['dtype']} | {r['shape']} | {r['int8_config_source']} "
                      f"{r['int8_config'].get('dot')} | {cell('int8')} | {cell('ort')} | {cell('fp32')} | "
                      f"{r['int8_gops']:.1f} | {r['ratio_vs_ort']:.2f} | {r['ratio_vs_fp32']:.2f} |")
+    cpu_rows = [r for r in data["rows"] if "cpu_ratio_vs_ort" in r]
+    if cpu_rows:
+        lines += ["", "One thread, thread CPU time (the same rounds; steadier on a shared machine):", "",
+                  "| dtype | shape | int8 ms (IQR) | ORT ms (IQR) | fp32 ms (IQR) | int8 GOPS | vs ORT | vs fp32 |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in cpu_rows:
+            def c(k):
+                return f"{r[f'{k}_cpu_median_s'] * 1e3:.3f} ({r[f'{k}_cpu_iqr_s'] * 1e3:.3f})"
+            lines.append(f"| {r['dtype']} | {r['shape']} | {c('int8')} | {c('ort')} | {c('fp32')} | "
+                         f"{r['int8_cpu_gops']:.1f} | {r['cpu_ratio_vs_ort']:.2f} | {r['cpu_ratio_vs_fp32']:.2f} |")
     wrong = [f"{r['threads']}t {r['dtype']} {r['shape']} {k}: {r[f'{k}_check']}"
              for r in data["rows"] for k in ("int8", "ort") if r.get(f"{k}_check")]
     if wrong:
