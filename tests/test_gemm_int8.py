@@ -273,3 +273,30 @@ def test_cli_tune_show_run_int8(db_url, tmp_path):
     assert_one_line_error(tuner("tune", "gemm", "--shape", "1x1x70000", "--dtype", "int8"))
     assert_one_line_error(tuner("show", "gemm", "--shape", "8x8x8", "--dtype", "int8",
                                 "--config", json.dumps({**best["config"], "dot": "vnni512"})))
+
+
+# -- benchmark ----------------------------------------------------------------------------------
+@needs_avx2
+def test_bench_int8_end_to_end(db_url, tmp_path):
+    """Three contenders on a tiny shape, JSON written, both integer outputs checked (ONNX
+    Runtime's saturation on full-range weights is reported, not hidden); speed not asserted."""
+    pytest.importorskip("onnxruntime", reason="bench int8 needs onnxruntime (extra .[onnx])")
+    pytest.importorskip("onnx", reason="bench int8 needs onnx (extra .[onnx])")
+    from test_cli import assert_one_line_error, tuner
+
+    out = tmp_path / "i8.json"
+    p = tuner("bench", "int8", "--shapes", "24x16x20", "--dtypes", "int8,int8w7", "--threads", "1",
+              "--rounds", "1", "--repeat", "2", "--min-repeat-ms", "2", "--out", str(out), "--db", db_url)
+    assert p.returncode == 0, p.stdout + p.stderr
+    data = json.loads(out.read_text())
+    assert data["kind"] == "bench-int8" and data["target"]["versions"]["onnxruntime"]
+    assert [r["dtype"] for r in data["rows"]] == ["int8", "int8w7"]
+    for r in data["rows"]:
+        assert r["int8_check"] is None   # ours is exact on both
+        assert r["ratio_vs_ort"] > 0 and r["cpu_ratio_vs_fp32"] > 0 and len(r["samples"]["ort"]) == 2
+    # weights in [-64, 64]: ONNX Runtime is exact too
+    assert data["rows"][1]["ort_check"] is None
+    rep = tuner("bench", "report", str(out))
+    assert rep.returncode == 0 and "| 1 | int8w7 | 24x16x20 |" in rep.stdout
+    assert_one_line_error(tuner("bench", "int8", "--dtypes", "float32", "--db", db_url))
+    assert_one_line_error(tuner("bench", "int8", "--shapes", "2x2", "--db", db_url))
