@@ -9,7 +9,9 @@ alike:
   ``tune_trials`` when there is none, else the announced fallback);
 - ONNX Runtime: a one-node model ``MatMulInteger(A uint8, B int8 initializer, zero points 0)``,
   ``intra_op_num_threads`` = threads, one inter-op thread;
-- fp32: our float32 GEMM of the same shape (its own record or fallback), on float copies.
+- fp32: our float32 GEMM of the same shape (its own record or fallback), on float copies;
+- numpy fp32: NumPy's float32 ``matmul`` (its BLAS limited to ``threads``), the strongest
+  float GEMM at hand, for context.
 
 Each figure is the median of all its samples; ratios are competitor time / our time (> 1:
 ours is faster). At one thread every contender runs on the calling thread (ONNX Runtime with
@@ -36,7 +38,7 @@ from tuner.tuning import TuneOptions, tune
 from workloads.gemm import Gemm
 
 DEFAULT_SHAPES = ["1024x1024x1024", "256x1024x1024", "1x4096x1024", "1000x1000x1000"]
-CONTENDERS = ("int8", "ort", "fp32")
+CONTENDERS = ("int8", "ort", "fp32", "np32")
 
 
 def matmul_integer_model(b: np.ndarray) -> bytes:
@@ -76,6 +78,7 @@ def _config(w: Gemm, store, target, threads: int, tune_trials: int, strategy: st
 def bench_int8(shapes, dtypes, threads_list, store, tune_trials: int = 0, strategy: str = "model",
                rounds: int = 3, repeat: int = 5, min_repeat_ms: float = 50.0, log=print) -> dict:
     import numba
+    from threadpoolctl import threadpool_limits
 
     from tuner.build.verify import ort_session
 
@@ -96,7 +99,9 @@ def bench_int8(shapes, dtypes, threads_list, store, tune_trials: int = 0, strate
                 (ref,) = w.reference([a, b])
                 af, bf = a.astype(np.float32), b.astype(np.float32)
                 c, cf = np.empty((w.M, w.N), np.int32), np.empty((w.M, w.N), np.float32)
+                cn = np.empty_like(cf)
                 os.sched_setaffinity(0, allowed[:threads])   # ORT's threads inherit it
+                blas = threadpool_limits(limits=threads, user_api="blas")
                 try:
                     sess = ort_session(matmul_integer_model(b), threads)
                     feeds = {"A": a}
@@ -104,6 +109,7 @@ def bench_int8(shapes, dtypes, threads_list, store, tune_trials: int = 0, strate
                         "int8": (tpl.threads(sel.config), lambda: kernel(a, b, c)),
                         "ort": (None, lambda: sess.run(None, feeds)),
                         "fp32": (ftpl.threads(fsel.config), lambda: fkernel(af, bf, cf)),
+                        "np32": (None, lambda: np.matmul(af, bf, out=cn)),
                     }
                     kernel(a, b, c)
                     ours_check = w.check([a, b], [c], [ref])
@@ -120,6 +126,7 @@ def bench_int8(shapes, dtypes, threads_list, store, tune_trials: int = 0, strate
                                 cpu[name] += thread_cpu_samples(fn, repeat, min_repeat_ms)
                 finally:
                     os.sched_setaffinity(0, allowed)
+                    blas.restore_original_limits()
                 st = {k: summarize(v) for k, v in samples.items()}
                 ops = w.flops()
                 row = {"threads": threads, "dtype": dtype, "shape": shape,
@@ -131,6 +138,7 @@ def bench_int8(shapes, dtypes, threads_list, store, tune_trials: int = 0, strate
                        **{f"{k}_gops": ops / st[k]["median"] / 1e9 for k in CONTENDERS},
                        "ratio_vs_ort": st["ort"]["median"] / st["int8"]["median"],
                        "ratio_vs_fp32": st["fp32"]["median"] / st["int8"]["median"],
+                       "ratio_vs_numpy_fp32": st["np32"]["median"] / st["int8"]["median"],
                        "samples": samples, "cpu_samples": cpu}
                 if cpu:
                     ct = {k: summarize(v) for k, v in cpu.items()}
@@ -138,6 +146,7 @@ def bench_int8(shapes, dtypes, threads_list, store, tune_trials: int = 0, strate
                     row.update({f"{k}_cpu_iqr_s": ct[k]["iqr"] for k in CONTENDERS})
                     row.update(cpu_ratio_vs_ort=ct["ort"]["median"] / ct["int8"]["median"],
                                cpu_ratio_vs_fp32=ct["fp32"]["median"] / ct["int8"]["median"],
+                               cpu_ratio_vs_numpy_fp32=ct["np32"]["median"] / ct["int8"]["median"],
                                int8_cpu_gops=ops / ct["int8"]["median"] / 1e9)
                 rows.append(row)
                 log(format_row(row))
@@ -177,7 +186,8 @@ def format_row(r: dict) -> str:
     return (f"{r['threads']}t {r['dtype']:7s} {r['shape']:15s} int8 {r['int8_median_s'] * 1e3:8.3f} ms"
             f"{_flag(r['int8_check'])} {r['int8_gops']:6.1f} GOPS  ort {r['ort_median_s'] * 1e3:8.3f} ms"
             f"{_flag(r['ort_check'])}  fp32 {r['fp32_median_s'] * 1e3:8.3f} ms  "
-            f"vs ORT {r['ratio_vs_ort']:4.2f}x  vs fp32 {r['ratio_vs_fp32']:4.2f}x"
+            f"vs ORT {r['ratio_vs_ort']:4.2f}x  vs fp32 {r['ratio_vs_fp32']:4.2f}x  "
+            f"vs numpy fp32 {r['ratio_vs_numpy_fp32']:4.2f}x"
             + (f"  | cpu: int8 {r['int8_cpu_median_s'] * 1e3:.3f} ms, vs ORT {r['cpu_ratio_vs_ort']:4.2f}x, "
                f"vs fp32 {r['cpu_ratio_vs_fp32']:4.2f}x" if "cpu_ratio_vs_ort" in r else ""))
 
@@ -190,24 +200,28 @@ def table_markdown(data: dict) -> str:
              f"llvmlite {v['llvmlite']}, onnxruntime {v['onnxruntime']}; {data['settings']['rounds']} "
              f"alternating rounds; load average before/after {data['load_average_1m']}",
              "", "| threads | dtype | shape | int8 config | int8 ms (IQR) | ORT ms (IQR) | fp32 ms (IQR) | "
-             "int8 GOPS | vs ORT | vs fp32 |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "NumPy fp32 ms (IQR) | int8 GOPS | vs ORT | vs fp32 | vs NumPy fp32 |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in data["rows"]:
         def cell(k):
             return (f"{r[f'{k}_median_s'] * 1e3:.3f} ({r[f'{k}_iqr_s'] * 1e3:.3f})"
                     + (" WRONG" if r.get(f"{k}_check") else ""))
         lines.append(f"| {r['threads']} | {r['dtype']} | {r['shape']} | {r['int8_config_source']} "
-                     f"{r['int8_config'].get('dot')} | {cell('int8')} | {cell('ort')} | {cell('fp32')} | "
-                     f"{r['int8_gops']:.1f} | {r['ratio_vs_ort']:.2f} | {r['ratio_vs_fp32']:.2f} |")
+                     f"{r['int8_config'].get('dot')} | {cell('int8')} | {cell('ort')} | {cell('fp32')} | {cell('np32')} | "
+                     f"{r['int8_gops']:.1f} | {r['ratio_vs_ort']:.2f} | {r['ratio_vs_fp32']:.2f} | "
+                     f"{r['ratio_vs_numpy_fp32']:.2f} |")
     cpu_rows = [r for r in data["rows"] if "cpu_ratio_vs_ort" in r]
     if cpu_rows:
         lines += ["", "One thread, thread CPU time (the same rounds; steadier on a shared machine):", "",
-                  "| dtype | shape | int8 ms (IQR) | ORT ms (IQR) | fp32 ms (IQR) | int8 GOPS | vs ORT | vs fp32 |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "| dtype | shape | int8 ms (IQR) | ORT ms (IQR) | fp32 ms (IQR) | NumPy fp32 ms (IQR) | "
+                  "int8 GOPS | vs ORT | vs fp32 | vs NumPy fp32 |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for r in cpu_rows:
             def c(k):
                 return f"{r[f'{k}_cpu_median_s'] * 1e3:.3f} ({r[f'{k}_cpu_iqr_s'] * 1e3:.3f})"
-            lines.append(f"| {r['dtype']} | {r['shape']} | {c('int8')} | {c('ort')} | {c('fp32')} | "
-                         f"{r['int8_cpu_gops']:.1f} | {r['cpu_ratio_vs_ort']:.2f} | {r['cpu_ratio_vs_fp32']:.2f} |")
+            lines.append(f"| {r['dtype']} | {r['shape']} | {c('int8')} | {c('ort')} | {c('fp32')} | {c('np32')} | "
+                         f"{r['int8_cpu_gops']:.1f} | {r['cpu_ratio_vs_ort']:.2f} | {r['cpu_ratio_vs_fp32']:.2f} | "
+                         f"{r['cpu_ratio_vs_numpy_fp32']:.2f} |")
     wrong = [f"{r['threads']}t {r['dtype']} {r['shape']} {k}: {r[f'{k}_check']}"
              for r in data["rows"] for k in ("int8", "ort") if r.get(f"{k}_check")]
     if wrong:
