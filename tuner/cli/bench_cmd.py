@@ -133,15 +133,14 @@ def run_gemm(args) -> int:
 
 
 def run_int8(args) -> int:
+    import importlib.util
+
     from tuner.errors import UsageError
     from tuner.target import usable_cores
     from workloads.gemm import INT8_DTYPES, Gemm
 
-    try:
-        import onnxruntime  # noqa: F401
-        import onnx  # noqa: F401
-    except ImportError:
-        raise UsageError("bench int8 compares with ONNX Runtime: pip install -e '.[onnx]'") from None
+    if not all(importlib.util.find_spec(m) for m in ("onnx", "onnxruntime")):
+        raise UsageError("bench int8 compares with ONNX Runtime: pip install -e '.[onnx]'")
     from tuner.bench.int8_bench import DEFAULT_SHAPES, bench_int8, table_markdown
 
     shapes = [s.strip() for s in args.shapes.split(",")] if args.shapes else DEFAULT_SHAPES

@@ -19,7 +19,6 @@ def register(sub) -> None:
 
 def run(args) -> int:
     import numba
-    import numpy as np
     from threadpoolctl import threadpool_limits
 
     from search_spaces import template_for
