@@ -169,12 +169,16 @@ class GemmInt8Template(Template):
         threads = 1 if w.flops() < SMALL_PARALLEL_FLOPS else max(1, max_threads)
         tile_n = 1024 if threads == 1 or _split(w.N, threads) > 1024 else _split(w.N, threads)
         dot = self.default_dot(w)
-        # Measured at 1024^3, 1 thread, znver3 (thread CPU time, alternating): maddubs 4 x 16
-        # unrolled by 2 157 GOPS (6 x 16: 127, 4 x 24: 131, not unrolled: 145); madd16 6 x 16
-        # 128 GOPS (4 x 16: 113)
+        # Measured at 1024^3, 1 thread, znver3 (thread CPU time, alternating, shared machine):
+        # maddubs 4 x 16 unrolled by 2 157 GOPS (6 x 16: 127, 4 x 24: 131, not unrolled: 145);
+        # madd16 6 x 16 128 GOPS (4 x 16: 113). Blocks: the whole K (1024) with 48-row A blocks
+        # beat 96 x 512 and the tuned 128 x 512 (maddubs 13.0 vs 14.9 and 16.0 ms; madd16 17.1
+        # vs 18.4 ms): one K block stores C once, and a 48 x 1024 A block stays in L2.
         mr, unroll = (6, 1) if dot == "madd16" else (4, 2)
-        cfg = {"tile_m": _pick(sp, "tile_m", 96), "tile_n": _pick(sp, "tile_n", tile_n, at_least=True),
-               "tile_k": _pick(sp, "tile_k", 512), "mr": mr, "nr": 2 * lanes, "loop_order": "nkm",
+        # a few rows of C (GEMV-like): no taller tile than there are rows (padding is work)
+        mr = max(v for v in sp.knob("mr").values if v <= max(1, min(mr, w.M)))
+        cfg = {"tile_m": _pick(sp, "tile_m", 48), "tile_n": _pick(sp, "tile_n", tile_n, at_least=True),
+               "tile_k": _pick(sp, "tile_k", 1024), "mr": mr, "nr": 2 * lanes, "loop_order": "nkm",
                "dot": dot, "vec": vec, "unroll_k": unroll,
                "parallel": "n" if threads > 1 else "none", "threads": threads}
         return _repair(sp, cfg)
