@@ -18,6 +18,7 @@ from workloads.errors import UsageError
 
 REGISTRY: dict[str, str] = {
     "gemm": "search_spaces.templates.gemm:GemmTemplate",
+    "gemm_int8": "search_spaces.templates.gemm_int8:GemmInt8Template",
     "conv2d": "search_spaces.templates.conv2d:Conv2dTemplate",
     "dense": "search_spaces.templates.dense:DenseTemplate",
     "injective": "search_spaces.templates.injective:InjectiveTemplate",
@@ -25,6 +26,10 @@ REGISTRY: dict[str, str] = {
 }
 _INSTANCES: dict[str, object] = {}
 _PRIORITY: dict[str, int] = {}
+# (kind, dtype) -> the template that computes that dtype, where it is not the kind's own
+DTYPE_TEMPLATES: dict[tuple[str, str], str] = {
+    ("gemm", "int8"): "gemm_int8", ("gemm", "int8w7"): "gemm_int8",
+}
 
 
 def get_template(name: str):
@@ -65,14 +70,22 @@ def templates_for(kind: str) -> list[str]:
 
 
 def template_for(workload, name: str | None = None):
-    """The template ``name``, or the workload kind's first template (highest priority); a
-    template of another kind is a ``UsageError``."""
+    """The template that computes ``workload``: ``name`` when given, else the one registered
+    for its (kind, dtype) in ``DTYPE_TEMPLATES``, else the kind's first (highest priority). A
+    template of another kind, or whose ``dtypes`` do not include the workload's dtype, is a
+    ``UsageError`` (one line, exit 2)."""
+    dtype = getattr(workload, "dtype", None)
     if name is None:
         names = templates_for(workload.kind)
-        if not names:
+        name = DTYPE_TEMPLATES.get((workload.kind, dtype)) or (names[0] if names else None)
+        if name is None:
             raise UsageError(f"no template is registered for workload kind {workload.kind!r}")
-        name = names[0]
     tpl = get_template(name)
     if tpl.workload_kind != workload.kind:
         raise UsageError(f"template {name!r} computes {tpl.workload_kind!r} workloads, not {workload.kind!r}")
+    allowed = getattr(tpl, "dtypes", None)
+    if dtype is not None and allowed is not None and dtype not in allowed:
+        other = DTYPE_TEMPLATES.get((workload.kind, dtype))
+        raise UsageError(f"template {name!r} has no {dtype} form (it computes {', '.join(allowed)})"
+                         + (f"; use --template {other}" if other else ""))
     return tpl

@@ -21,6 +21,8 @@ class Template(ABC):
     workload_kind: ClassVar[str]  # the workload kind it computes
     entry: ClassVar[str] = "kernel"
     tunable: ClassVar[bool] = True   # False: one point, never searched (builds use the default)
+    # workload dtypes the template computes (None: whatever its workload kind allows)
+    dtypes: ClassVar[tuple[str, ...] | None] = None
 
     @abstractmethod
     def space(self, workload: Workload, max_threads: int = 1) -> ConfigSpace:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from search_spaces import get_template
+from search_spaces import template_for
 from search_spaces.space import Config
 from tuner import settings
 from tuner.db import store as store_mod
@@ -37,8 +37,8 @@ _LOCK = threading.Lock()
 _KERNELS: dict[tuple[str, str], object] = {}
 _STORES: dict[str, Store] = {}
 # (store url, M, N, K, dtype, threads, strict) -> (store writes when selected, selection,
-# kernel, Numba threads): the dispatched path's per-process cache
-_SELECTED: dict[tuple, tuple[int, "Selection", object, int]] = {}
+# kernel, Numba threads, output dtype): the dispatched path's per-process cache
+_SELECTED: dict[tuple, tuple[int, "Selection", object, int, str]] = {}
 
 
 @dataclass
@@ -209,33 +209,49 @@ def _gemm_kernel(key: tuple):
 
     url, M, N, K, dtype, threads, strict = key
     w = Gemm(M, N, K, dtype)
-    template = get_template("gemm")
+    template = template_for(w)
     written = store_mod.writes(url)
     sel = select_config(w, template, open_store(url), threads=threads, strict=strict)
     fn = load_kernel(w, template, sel.config)
     import numba
 
-    entry = (written, sel, fn, min(template.threads(sel.config), numba.config.NUMBA_NUM_THREADS))
+    entry = (written, sel, fn, min(template.threads(sel.config), numba.config.NUMBA_NUM_THREADS),
+             w.output_specs()[0][1])
     with _LOCK:
         _SELECTED[key] = entry
     return entry[1:]
 
 
+def _gemm_dtype(A: np.ndarray, B: np.ndarray, weights7: bool) -> str:
+    """The workload dtype of ``A @ B``: the operands' own, or int8 for uint8 x int8 (int8w7
+    when the caller promises weights in [-64, 64]; checked, since that kernel relies on it)."""
+    if (A.dtype, B.dtype) == (np.uint8, np.int8):
+        if not weights7:
+            return "int8"
+        if B.size and (int(B.min()) < -64 or int(B.max()) > 64):
+            raise UsageError("weights7=True needs every weight in [-64, 64]; got "
+                             f"[{int(B.min())}, {int(B.max())}]")
+        return "int8w7"
+    if A.dtype != B.dtype:
+        raise UsageError(f"gemm operands differ in dtype: {A.dtype} and {B.dtype} "
+                         "(uint8 x int8 is the quantized GEMM)")
+    return str(A.dtype)
+
+
 def gemm(A: np.ndarray, B: np.ndarray, *, threads: int | None = None, db: str | None = None,
-         strict: bool = False, out: np.ndarray | None = None) -> np.ndarray:
-    """C = A @ B with the best tuned kernel for this shape, dtype and target (or a fallback)."""
+         strict: bool = False, out: np.ndarray | None = None, weights7: bool = False) -> np.ndarray:
+    """C = A @ B with the best tuned kernel for this shape, dtype and target (or a fallback).
+    uint8 A x int8 B gives int32 C (``weights7``: B in [-64, 64], the int8w7 workload)."""
     if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0]:
         raise UsageError(f"gemm needs A[M,K] and B[K,N]; got {A.shape} and {B.shape}")
-    if A.dtype != B.dtype:
-        raise UsageError(f"gemm operands differ in dtype: {A.dtype} and {B.dtype}")
     url = settings.db_url(db)
-    key = (url, int(A.shape[0]), int(B.shape[1]), int(A.shape[1]), str(A.dtype),
+    key = (url, int(A.shape[0]), int(B.shape[1]), int(A.shape[1]), _gemm_dtype(A, B, weights7),
            threads or usable_cores(), bool(strict))
-    _, fn, n_threads = _gemm_kernel(key)
+    _, fn, n_threads, out_dtype = _gemm_kernel(key)
     import numba
 
     if numba.get_num_threads() != n_threads:
         numba.set_num_threads(n_threads)
-    C = out if out is not None else np.empty((key[1], key[2]), dtype=A.dtype)
+    C = out if out is not None else np.empty((key[1], key[2]), dtype=out_dtype)
     fn(np.ascontiguousarray(A), np.ascontiguousarray(B), C)
     return C

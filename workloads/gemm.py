@@ -1,7 +1,11 @@
 """GEMM: C[M, N] = A[M, K] @ B[K, N], row-major operands.
 
 Shapes are given as ``MxNxK`` (the order AutoTVM and the published ladder use: M rows of C,
-N columns of C, K the reduction). dtype float32 (default), float64 or int32 (exact check).
+N columns of C, K the reduction). dtype float32 (default), float64 or int32 (exact check), or
+one of the quantized ``INT8_DTYPES``: A uint8 (activations) x B int8 (weights) -> C int32,
+checked exactly against ``A.astype(int32) @ B.astype(int32)``. ``int8`` allows every int8
+weight; ``int8w7`` promises weights in [-64, 64] (ONNX Runtime's ``reduce_range``), the range
+in which the saturating ``vpmaddubsw`` formulation is exact, so its inputs stay in that range.
 """
 from __future__ import annotations
 
@@ -16,7 +20,11 @@ import numpy as np
 from workloads.errors import UsageError
 from workloads.workload import Workload, outside_tolerance
 
-DTYPES = ("float32", "float64", "int32")
+# quantized GEMM dtype -> largest |weight| its inputs hold (A is always the full uint8 range)
+INT8_DTYPES = {"int8": 128, "int8w7": 64}
+DTYPES = ("float32", "float64", "int32", *INT8_DTYPES)
+# int8: |C| <= 255 * 128 * K must fit int32
+MAX_INT8_K = 65536
 _SHAPE_RE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*[xX]\s*(\d+)\s*$")
 # Dimensions beyond this are rejected outright (indices must fit comfortably in int64 maths).
 MAX_DIM = 1 << 20
@@ -53,6 +61,9 @@ class Gemm(Workload):
                 raise UsageError(f"gemm {name}={v} out of range: each dimension must be 1..{MAX_DIM}")
         if self.dtype not in DTYPES:
             raise UsageError(f"gemm dtype {self.dtype!r} not supported; choose one of {', '.join(DTYPES)}")
+        if self.dtype in INT8_DTYPES and self.K > MAX_INT8_K:
+            raise UsageError(f"gemm {self.dtype} K={self.K} out of range: int32 sums of u8 x s8 "
+                             f"products are exact only for K <= {MAX_INT8_K}")
 
     @classmethod
     def parse(cls, shape: str, dtype: str = "float32", check_memory: bool = True) -> "Gemm":
@@ -104,19 +115,51 @@ class Gemm(Workload):
     def flops(self) -> int:
         return 2 * self.M * self.N * self.K
 
+    @property
+    def quantized(self) -> bool:
+        """uint8 x int8 -> int32 (one of ``INT8_DTYPES``)."""
+        return self.dtype in INT8_DTYPES
+
     def input_specs(self):
+        if self.quantized:
+            return [((self.M, self.K), "uint8"), ((self.K, self.N), "int8")]
         return [((self.M, self.K), self.dtype), ((self.K, self.N), self.dtype)]
 
     def output_specs(self):
-        return [((self.M, self.N), self.dtype)]
+        return [((self.M, self.N), "int32" if self.quantized else self.dtype)]
 
-    baseline_name: ClassVar[str] = "numpy.matmul"
+    @property
+    def baseline_name(self) -> str:
+        return "numpy.matmul (float64 operands, exact)" if self.quantized else "numpy.matmul"
 
     def baseline(self, inputs, outputs):
+        if self.quantized:
+            # The fastest exact thing a NumPy user can write: NumPy has no BLAS for integers
+            # (int32 matmul of 1024^3 takes ~13 s), while float64 BLAS is exact here, every
+            # partial sum being an integer below 255 * 128 * 65536 < 2**53.
+            outputs[0][...] = np.matmul(inputs[0].astype(np.float64), inputs[1].astype(np.float64))
+            return
         np.matmul(inputs[0], inputs[1], out=outputs[0])
+
+    def make_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        """Quantized: A uniform over uint8, B uniform over the dtype's weight range, with the
+        extremes planted (row 0 of A all 255, column 0 of B the largest weight, the last
+        column the most negative), so every check meets the pairs that saturate int16."""
+        if not self.quantized:
+            return super().make_inputs(seed)
+        rng = np.random.default_rng(seed)
+        wmax = INT8_DTYPES[self.dtype]
+        a = rng.integers(0, 256, size=(self.M, self.K), dtype=np.int32).astype(np.uint8)
+        b = rng.integers(-wmax, min(wmax, 127) + 1, size=(self.K, self.N), dtype=np.int32).astype(np.int8)
+        a[0, :] = 255
+        b[:, 0] = min(wmax, 127)
+        b[:, -1] = -wmax
+        return [a, b]
 
     def reference(self, inputs):
         a, b = inputs
+        if self.quantized:
+            return [a.astype(np.int32) @ b.astype(np.int32)]
         if self.dtype == "int32":
             return [a.astype(np.int64) @ b.astype(np.int64)]
         return [a.astype(np.float64) @ b.astype(np.float64)]
@@ -130,7 +173,7 @@ class Gemm(Workload):
         units of that, which passes every correct summation order and still catches a
         skipped block or a wrong index (errors of order |a||b|).
         """
-        if self.dtype == "int32":
+        if self.dtype == "int32" or self.quantized:
             return 0.0
         a, b = inputs
         eps = np.finfo(self.dtype).eps
@@ -141,7 +184,7 @@ class Gemm(Workload):
         (c,), (ref,) = outputs, expected
         if c.shape != ref.shape:
             return f"output shape {c.shape} != expected {ref.shape}"
-        if self.dtype == "int32":
+        if self.dtype == "int32" or self.quantized:
             bad = c.astype(np.int64) != ref
             if bad.any():
                 i = np.unravel_index(np.argmax(bad), bad.shape)

@@ -82,6 +82,7 @@ class GemmTemplate(Template):
     name = "gemm"
     version = 9   # 9: the intrinsic micro-kernel prefetches its C tile (placement-proof)
     workload_kind = "gemm"
+    dtypes = ("float32", "float64", "int32")   # int8: search_spaces/templates/gemm_int8.py
     entry = "kernel"
 
     # -- the space -----------------------------------------------------------------------

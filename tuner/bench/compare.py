@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 
-from search_spaces import get_template
+from search_spaces import template_for
 from search_spaces.space import Config
 from tuner.dispatch import open_store
 from workloads.errors import UsageError
@@ -38,7 +38,7 @@ def run_cost(store, workload, target, threads: int, template) -> dict:
 def bench_compare(workload, dbs: list[str], threads: int, rounds: int = 3,
                   measure: MeasureOptions | None = None, log=print) -> dict:
     target = host_target()
-    template = get_template(workload.kind)
+    template = template_for(workload)
     load_before = os.getloadavg()[0]
     entries = []
     for url in dbs:

@@ -23,7 +23,7 @@ import os
 import statistics
 from pathlib import Path
 
-from search_spaces import get_template
+from search_spaces import get_template, template_for
 from tuner.bench.dispatched import time_dispatched
 from tuner.bench.peak import measured_ghz, peak_gflops
 from tuner.dispatch import select_config
@@ -79,7 +79,6 @@ def blas_coretypes(rows: list[dict]) -> list[str]:
 def bench_gemm(shapes, dtypes, threads_list, store, tune_trials: int = 0, strategy: str = "model",
                measure: MeasureOptions | None = None, log=print, dispatched: bool = True) -> dict:
     target = host_target()
-    template = get_template("gemm")
     rows, overhead = [], {}
     load_before = os.getloadavg()[0]
     for threads in threads_list:
@@ -89,6 +88,7 @@ def bench_gemm(shapes, dtypes, threads_list, store, tune_trials: int = 0, strate
                 overhead[f"{dtype}/{threads}"] = m.call_overhead(dtype)
                 for shape in shapes:
                     w = Gemm.parse(shape, dtype)
+                    template = template_for(w)
                     sel = select_config(w, template, store, target, threads, quiet=True)
                     if sel.source == "fallback" and tune_trials > 0:
                         log(f"tuning {w} with {threads} thread(s), {tune_trials} trials ...")

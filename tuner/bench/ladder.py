@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from search_spaces import get_template
+from search_spaces import template_for
 from tuner.bench.gemm_bench import side_by_side
 from tuner.dispatch import select_config
 from tuner.measure.measurer import MeasureOptions, Measurer
@@ -21,7 +21,7 @@ from tuner.tuning import TuneOptions, tune
 def bench_ladder(workload, store, threads: int, tune_trials: int = 0, strategy: str = "model",
                  measure: MeasureOptions | None = None, log=print) -> dict:
     target = host_target()
-    template = get_template("gemm")
+    template = template_for(workload, "gemm")   # the ladder is the float template's
     steps = list(template.ladder(workload))
     mopts = MeasureOptions(**{**(measure.__dict__ if measure else {}), "threads": threads})
     rows = []

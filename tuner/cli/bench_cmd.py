@@ -1,4 +1,5 @@
-"""``python -m tuner bench gemm | ladder | model | compare | report``: measured claims, always beside NumPy."""
+"""``python -m tuner bench gemm | int8 | ladder | model | compare | report``: measured claims,
+always beside a competitor in the same run."""
 from __future__ import annotations
 
 import datetime as dt
@@ -21,6 +22,15 @@ def register(sub) -> None:
                    help="skip timing tuner.gemm in a fresh ordinary process beside the worker")
     _common(g)
     g.set_defaults(handler=run_gemm)
+
+    i8 = bsub.add_parser("int8", help="int8 GEMM vs ONNX Runtime MatMulInteger and our fp32 GEMM")
+    i8.add_argument("--shapes", default=None, help="comma-separated MxNxK (default: 1024^3 and three more)")
+    i8.add_argument("--dtypes", default="int8,int8w7",
+                    help="int8 (full-range weights) and/or int8w7 (weights in [-64, 64])")
+    i8.add_argument("--threads", default="1,2", help="comma-separated thread counts")
+    i8.add_argument("--rounds", type=int, default=3, help="alternating measurement rounds")
+    _common(i8)
+    i8.set_defaults(handler=run_int8, repeat=5)
 
     lad = bsub.add_parser("ladder", help="the optimisation ladder as points of the template space")
     lad.add_argument("--shape", default="1024x1024x1024")
@@ -165,6 +175,35 @@ def run_placement(args) -> int:
     return _save_json(args, "placement", data, placement_markdown(data))
 
 
+def run_int8(args) -> int:
+    import importlib.util
+
+    from workloads.errors import UsageError
+    from tuner.target import usable_cores
+    from workloads.gemm import INT8_DTYPES, Gemm
+
+    if not all(importlib.util.find_spec(m) for m in ("onnx", "onnxruntime")):
+        raise UsageError("bench int8 compares with ONNX Runtime: pip install -e '.[onnx]'")
+    from tuner.bench.int8_bench import DEFAULT_SHAPES, bench_int8, table_markdown
+
+    shapes = [s.strip() for s in args.shapes.split(",")] if args.shapes else DEFAULT_SHAPES
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    bad = [d for d in dtypes if d not in INT8_DTYPES]
+    if bad or not dtypes:
+        raise UsageError(f"--dtypes must be among {', '.join(INT8_DTYPES)}, got {args.dtypes!r}")
+    for s in shapes:
+        for d in dtypes:
+            Gemm.parse(s, d)  # every bad shape is reported before any work
+    threads = _ints(args.threads, "--threads")
+    if max(threads) > usable_cores():
+        raise UsageError(f"--threads {max(threads)}: this machine allows 1..{usable_cores()}")
+    if args.rounds < 1 or args.repeat < 1:
+        raise UsageError("--rounds and --repeat must be >= 1")
+    data = bench_int8(shapes, dtypes, threads, open_store(args), args.tune_trials, args.strategy,
+                      args.rounds, args.repeat, args.min_repeat_ms)
+    return _save_json(args, "int8", data, table_markdown(data))
+
+
 def run_ladder(args) -> int:
     from tuner.bench.ladder import bench_ladder, ladder_markdown
     from tuner.cli.common import threads_of
@@ -232,6 +271,11 @@ def run_report(args) -> int:
         from tuner.bench.model_bench import table_markdown as model_markdown
 
         print(model_markdown(data))
+        return 0
+    if kind == "bench-int8":
+        from tuner.bench.int8_bench import table_markdown as int8_markdown
+
+        print(int8_markdown(data))
         return 0
     if kind == "bench-compare":
         from tuner.bench.compare import compare_markdown

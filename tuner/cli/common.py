@@ -9,7 +9,9 @@ import sys
 def add_workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("kind", metavar="KIND", help="workload kind (gemm)")
     p.add_argument("--shape", help="GEMM shape MxNxK, e.g. 1024x1024x1024")
-    p.add_argument("--dtype", default="float32", help="float32 (default), float64 or int32")
+    p.add_argument("--dtype", default="float32",
+                   help="float32 (default), float64, int32, or int8 (A uint8 x B int8 -> C int32; "
+                        "int8w7: weights promised in [-64, 64])")
 
 
 def add_db_arg(p: argparse.ArgumentParser) -> None:

@@ -19,10 +19,9 @@ def register(sub) -> None:
 
 def run(args) -> int:
     import numba
-    import numpy as np
     from threadpoolctl import threadpool_limits
 
-    from search_spaces import get_template, templates_for
+    from search_spaces import template_for
     from tuner.dispatch import load_kernel, select_config
     from workloads.errors import TunerError
     from tuner.measure.result import summarize
@@ -31,7 +30,7 @@ def run(args) -> int:
 
     workload = workload_of(args)
     threads = threads_of(args)
-    template = get_template(templates_for(workload.kind)[0])
+    template = template_for(workload)
     target = host_target()
     sel = select_config(workload, template, open_store(args), target, threads, strict=args.strict)
     fn = load_kernel(workload, template, sel.config)
@@ -44,7 +43,7 @@ def run(args) -> int:
     samples, _ = time_callable(lambda: fn(*inputs, *outputs), 1, args.repeat, args.min_repeat_ms, 10.0)
     out = workload.make_outputs()[0]
     with threadpool_limits(limits=threads, user_api="blas"):
-        base, _ = time_callable(lambda: np.matmul(*inputs, out=out), 1, args.repeat, args.min_repeat_ms, 10.0)
+        base, _ = time_callable(lambda: workload.baseline(inputs, [out]), 1, args.repeat, args.min_repeat_ms, 10.0)
     st, bst = summarize(samples), summarize(base)
     gflops = workload.flops() / st["median"] / 1e9
     report = {"workload": workload.key, "target": target.key, "threads": threads,

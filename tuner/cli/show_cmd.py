@@ -19,12 +19,12 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from search_spaces import get_template, templates_for
+    from search_spaces import template_for
     from search_spaces.space import Config
 
     workload = workload_of(args)
     threads = threads_of(args)
-    template = get_template(args.template or templates_for(workload.kind)[0])
+    template = template_for(workload, args.template)
     space = template.space(workload, threads)
     if args.space:
         print(f"# {template.name} v{template.version} for {workload}, {threads} thread(s)")

@@ -1,0 +1,240 @@
+"""Source generators for the int8 GEMM (``search_spaces/templates/gemm_int8.py``): packing in K groups,
+the integer dot-product micro-kernel, and the module around them.
+
+The packed layouts are the ones the dot-product instructions want (TVM's ``dense_vnni``,
+MLAS's): K in groups of ``G`` consecutive elements (4 bytes for ``maddubs``/``vnni``, 2 int16
+for ``madd16``), so one 32-bit lane holds one column's group::
+
+    Ap[panel, g, r, t] = A[i0 + panel*MR + r, p0 + g*G + t]   (MR rows, G-element groups)
+    Bp[panel, g, c, t] = B[p0 + g*G + t, j0 + panel*NR + c]   (NR columns, i.e. [N/NR][K/G][NR][G])
+
+Rows, columns and K steps past the block are zero, so the micro-kernel always computes a full
+MR x NR tile over whole groups and stores only what fits (zeros add nothing to a dot product).
+
+The micro-kernel has the float GEMM's signature (``gemm_microkernels``)::
+
+    micro_kernel(AA, ai, BB, bj, p0, kc, C, ci, cj, mlen, nlen, first)
+
+a register tile of MR x NR/LANES int32 accumulators over a K block of packed panels; what is
+element-type specific is only the group size, the broadcast of one A group
+(``vbroadcast_group``) and the dot-product step (``vdot_<formulation>``), which is what a
+unified GEMM engine would take as parameters.
+"""
+from __future__ import annotations
+
+import json
+
+from search_spaces.gemm_engine.blocked import _AXIS, emit_block_loops
+from search_spaces.gemm_engine.microkernels import store_acc_lines
+from search_spaces.runtime.simd_int8 import OPERANDS
+
+_NP = {"uint8": "np.uint8", "int8": "np.int8", "int16": "np.int16"}
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _indent(lines: list[str], n: int = 4) -> list[str]:
+    return [(" " * n + ln) if ln else ln for ln in lines]
+
+
+def empty_aligned_source(name: str, dtype: str) -> list[str]:
+    dtype_const, itemsize = _NP[dtype], 2 if dtype == "int16" else 1
+    return [
+        "@numba.njit(cache=True)",
+        f"def {name}(n0, n1, n2, n3):",
+        f'    """np.empty((n0, n1, n2, n3), {dtype_const}) starting on a 64-byte boundary."""',
+        "    size = n0 * n1 * n2 * n3",
+        f"    per_line = {64 // itemsize}   # elements per cache line",
+        f"    buf = np.empty(size + per_line, {dtype_const})",
+        f"    off = (per_line - (buf.ctypes.data // {itemsize}) % per_line) % per_line",
+        "    return buf[off:off + size].reshape((n0, n1, n2, n3))",
+    ]
+
+
+def pack_a_source() -> list[str]:
+    return [
+        "@numba.njit(cache=True)",
+        "def pack_a(A, i0, p0, mc, kc, Ap):",
+        '    """A[i0:i0+mc, p0:p0+kc] into MR-row panels of G-element K groups:',
+        "    Ap[q, g, r, t] = A[i0 + q*MR + r, p0 + g*G + t]; zeros past mc rows and kc steps.",
+        "",
+        "    Written in Ap's order (whole groups of full panels first: no per-element bounds test).",
+        '    """',
+        "    full = kc // G",
+        "    for q in range((mc + MR - 1) // MR):",
+        "        h = min(MR, mc - q * MR)",
+        "        i = i0 + q * MR",
+        "        for g in range(full):",
+        "            k = p0 + g * G",
+        "            for r in range(MR):",
+        "                for t in range(G):",
+        "                    Ap[q, g, r, t] = A[i + r, k + t] if r < h else 0",
+        "        if full * G < kc:   # the last, partial group",
+        "            for r in range(MR):",
+        "                for t in range(G):",
+        "                    Ap[q, full, r, t] = A[i + r, p0 + full * G + t] if (r < h and full * G + t < kc) else 0",
+    ]
+
+
+def pack_b_source() -> list[str]:
+    return [
+        "@numba.njit(cache=True)",
+        "def pack_b(B, p0, j0, kc, nc, Bp):",
+        '    """B[p0:p0+kc, j0:j0+nc] into NR-column panels of G-element K groups:',
+        "    Bp[q, g, c, t] = B[p0 + g*G + t, j0 + q*NR + c]; zeros past nc columns and kc steps.",
+        "",
+        "    Written in Bp's order, G rows of B at a time (3x faster than row by row, which",
+        "    scatters every byte G bytes apart); full panels without a bounds test.",
+        '    """',
+        "    full = kc // G",
+        "    for q in range((nc + NR - 1) // NR):",
+        "        j = j0 + q * NR",
+        "        w = min(NR, nc - q * NR)",
+        "        if w == NR:",
+        "            for g in range(full):",
+        "                k = p0 + g * G",
+        "                for c in range(NR):",
+        "                    for t in range(G):",
+        "                        Bp[q, g, c, t] = B[k + t, j + c]",
+        "        else:",
+        "            for g in range(full):",
+        "                k = p0 + g * G",
+        "                for c in range(NR):",
+        "                    for t in range(G):",
+        "                        Bp[q, g, c, t] = B[k + t, j + c] if c < w else 0",
+        "        if full * G < kc:   # the last, partial group",
+        "            for c in range(NR):",
+        "                for t in range(G):",
+        "                    Bp[q, full, c, t] = B[p0 + full * G + t, j + c] if (c < w and full * G + t < kc) else 0",
+    ]
+
+
+def _group_loop(unroll: int, body) -> list[str]:
+    """for g in [0, kg): ``body(g_expr)`` repeated ``unroll`` times, then the remainder."""
+    if unroll == 1:
+        return ["for g in range(kg):"] + _indent(body("g"))
+    lines = [f"# K-group loop unrolled by {unroll}, then the remainder one group at a time",
+             f"for g in range(0, kg - {unroll - 1}, {unroll}):"]
+    for u in range(unroll):
+        lines += _indent(body(f"g + {u}" if u else "g"))
+    return lines + [f"for g in range(kg - kg % {unroll}, kg):"] + _indent(body("g"))
+
+
+def micro_kernel_source(mr: int, nr: int, lanes: int, group: int, dot: str, unroll: int) -> list[str]:
+    """MR x NR int32 tile as MR x NR/LANES vector accumulators; per K group: NR/LANES loads of
+    the B panel, MR broadcasts of an A group, MR x NR/LANES ``vdot_<dot>`` steps."""
+    nv = nr // lanes
+    acc = [[f"c_{r}_{v}" for v in range(nv)] for r in range(mr)]
+    head = [
+        "@numba.njit(cache=True)",
+        "def micro_kernel(AA, ai, BB, bj, p0, kc, C, ci, cj, mlen, nlen, first):",
+        f'    """{mr} x {nr} int32 tile of C in {mr * nv} vectors of {lanes} lanes, over the K block.',
+        "",
+        f"    Per K group of G: {nv} B vector load(s), {mr} A group broadcast(s), {mr * nv} vdot_{dot}.",
+        '    """',
+    ]
+    lines = ["a = ai * (KG * MR * G)   # this A panel (flat index)",
+             "b = bj * (KG * NR * G)   # this B panel",
+             "kg = (kc + G - 1) // G   # K groups in this block (the last one zero-padded)"]
+    # vector lengths are literals (the intrinsics need compile-time lane counts)
+    lines += [" = ".join(acc[r]) + f" = vsplat(ZERO, {lanes})" for r in range(mr)]
+
+    def body(g):
+        out = [f"pa = a + ({g}) * (MR * G)", f"pb = b + ({g}) * (NR * G)"]
+        out += [f"b_{v} = vload(BB, pb + {v * lanes * group}, {lanes * group})" for v in range(nv)]
+        for r in range(mr):
+            out.append(f"a_{r} = vbroadcast_group(AA, pa + {r * group}, {lanes})")
+            out += [f"{acc[r][v]} = vdot_{dot}({acc[r][v]}, a_{r}, b_{v})" for v in range(nv)]
+        return out
+    lines += _group_loop(unroll, body)
+    lines += ["if mlen == MR and nlen == NR:", "    if first:"]
+    for r in range(mr):
+        lines += [f"        vstore2(C, ci + {r}, cj + {v * lanes}, {acc[r][v]})" for v in range(nv)]
+    lines += ["    else:"]
+    for r in range(mr):
+        lines += [f"        vstore2(C, ci + {r}, cj + {v * lanes}, "
+                  f"vadd(vload2(C, ci + {r}, cj + {v * lanes}, {lanes}), {acc[r][v]}))" for v in range(nv)]
+    lines += ["else:  # partial tile at the edge of C: spill the registers, store what fits",
+              "    acc = np.empty((MR, NR), np.int32)"]
+    for r in range(mr):
+        lines += [f"    vstore(acc, {r * nr + v * lanes}, {acc[r][v]})" for v in range(nv)]
+    lines += store_acc_lines()[10:]   # the bounded store loops
+    return head + _indent(lines)
+
+
+def kernel_source(c: dict) -> list[str]:
+    """The block loops (``loop_order``; ``parallel`` as prange), packing hoisted to where each
+    block is determined, and the macro-kernel over MR x NR tiles."""
+    order, par = c["loop_order"], c["parallel"]
+    level_a = max(order.index("m"), order.index("k"))
+    level_b = max(order.index("k"), order.index("n"))
+    level_par = order.index(par) if par != "none" else 99
+    alloc_a = "Ap = empty_a(A_PANELS, KG, MR, G)   # packed A block"
+    alloc_b = "Bp = empty_b(B_PANELS, KG, NR, G)   # packed B block"
+    jit = "@numba.njit(cache=True" + (", parallel=True" if par != "none" else "") + ")"
+    lines = [jit, "def kernel(A, B, C):", '    """C = A @ B (uint8 x int8 -> int32), writing every element of C."""']
+    body: list[str] = []
+    if level_a < level_par:
+        body.append(alloc_a)
+    if level_b < level_par:
+        body.append(alloc_b)
+    private = "block (private to this iteration)"
+    at_parallel = ([alloc_a.replace("block", private)] if level_a >= level_par else []) \
+        + ([alloc_b.replace("block", private)] if level_b >= level_par else [])
+    packs = [(level_a, "pack_a(A, i0, p0, mc, kc, Ap)"), (level_b, "pack_b(B, p0, j0, kc, nc, Bp)")]
+    ind = emit_block_loops(body, order, par, at_parallel, packs)
+    body += [
+        f"{ind}first = p0 == 0   # first K block stores, later ones add",
+        f"{ind}for jr in range(0, nc, NR):",
+        f"{ind}    nlen = min(NR, nc - jr)",
+        f"{ind}    for ir in range(0, mc, MR):",
+        f"{ind}        mlen = min(MR, mc - ir)",
+        f"{ind}        micro_kernel(Ap, ir // MR, Bp, jr // NR, p0, kc, C, i0 + ir, j0 + jr, mlen, nlen, first)",
+    ]
+    return lines + _indent(body)
+
+
+def generate(w, c: dict, version: int, template: str = "gemm_int8") -> str:
+    """The whole module for workload ``w`` (a quantized ``Gemm``) and a validated config."""
+    group, a_pack, b_pack = OPERANDS[c["dot"]]
+    lanes = c["vec"] // 32
+    tile_m, tile_n, tile_k = min(c["tile_m"], w.M), min(c["tile_n"], w.N), min(c["tile_k"], w.K)
+    config_json = json.dumps(dict(sorted(c.items())), separators=(", ", ": "))
+    head = [
+        f'"""GEMM C[{w.M}, {w.N}] int32 = A[{w.M}, {w.K}] uint8 @ B[{w.K}, {w.N}] int8 ({w.dtype}), row-major.',
+        "",
+        f"Generated by search_spaces.templates.gemm_int8 (template {template}, version {version}) from the config",
+        f"    {config_json}",
+        f"Structure: block loops (order {'/'.join(c['loop_order'])}, outermost first) -> packing in",
+        f"K groups of {group} -> macro-kernel over MR x NR register tiles -> vdot_{c['dot']} micro-kernel.",
+        '"""',
+        "import numba",
+        "import numpy as np",
+        *(["from numba import prange"] if c["parallel"] != "none" else []),
+        "from search_spaces.runtime.simd import vadd, vload, vload2, vsplat, vstore, vstore2",
+        f"from search_spaces.runtime.simd_int8 import vbroadcast_group, vdot_{c['dot']}",
+        "",
+        f"M, N, K = {w.M}, {w.N}, {w.K}",
+        "ZERO = np.int32(0)",
+        f"TILE_M, TILE_N, TILE_K = {tile_m}, {tile_n}, {tile_k}   # cache blocks (clipped to the shape)",
+        f"MR, NR = {c['mr']}, {c['nr']}   # register micro-tile",
+        f"G = {group}   # K elements per group (one 32-bit lane of a dot-product instruction)",
+        f"KG = {_ceil(tile_k, group)}   # K groups in one packed block",
+        f"LANES = {lanes}   # int32 lanes per {c['vec']}-bit vector",
+        f"A_PANELS = {_ceil(tile_m, c['mr'])}   # MR-row panels in one packed A block",
+        f"B_PANELS = {_ceil(tile_n, c['nr'])}   # NR-column panels in one packed B block",
+    ]
+    par = c["parallel"]
+    if par != "none":
+        dim = _AXIS[par][3]
+        head.append(f"{dim}_BLOCKS = {_ceil(getattr(w, dim), tile_m if par == 'm' else tile_n)}"
+                    f"   # parallel {dim} blocks")
+    parts = [head,
+             empty_aligned_source("empty_a", a_pack),
+             empty_aligned_source("empty_b", b_pack),
+             pack_a_source(), pack_b_source(),
+             micro_kernel_source(c["mr"], c["nr"], lanes, group, c["dot"], c["unroll_k"]),
+             kernel_source(c)]
+    return "\n\n\n".join("\n".join(p) for p in parts) + "\n"

@@ -1,0 +1,121 @@
+"""Integer dot-product SIMD for generated Numba kernels: x86 intrinsics named explicitly.
+
+llvmlite's LLVM does not form ``vpmaddubsw`` / ``vpmaddwd`` / ``vpdpbusd`` from generic IR
+(a widening multiply and a horizontal add are not recognised as one instruction), so the
+int8 GEMM spells them out as target intrinsics through ``numba.extending.intrinsic``. Each
+``vdot_*`` adds to an int32 accumulator vector of ``L`` lanes (8 for 256-bit, 16 for 512-bit)
+the dot products of ``G``-element groups: lane ``j`` gets ``sum_t a[G j + t] * b[G j + t]``.
+
+    vbroadcast_group(arr, i, L)  the 4 bytes at arr.flat[i] (4 uint8 or 2 int16: one K group)
+                                 repeated in every 32-bit lane, as a vector of arr's type
+    vdot_maddubs(acc, a, b)      a uint8 x b int8, groups of 4: vpmaddubsw (u8 x s8 pairs summed
+                                 into *saturating* int16) then vpmaddwd with ones (int16 pairs
+                                 into int32). A pair saturates when |a0 b0 + a1 b1| > 32767,
+                                 e.g. 255 * 127 * 2: exact only for weights in [-64, 64]
+    vdot_madd16(acc, a, b)       a int16 x b int16, groups of 2: vpmaddwd alone (exact: the
+                                 sign-extended int8 products never overflow int32)
+    vdot_vnni(acc, a, b)         a uint8 x b int8, groups of 4: vpdpbusd (AVX512-VNNI /
+                                 AVX-VNNI; exact: products are summed in int32)
+
+Which LLVM intrinsic each emits, per vector width, is the table ``INTRINSICS``; the emitters
+are plain functions on an llvmlite ``IRBuilder`` (``emit_dot``), so the AVX-512 forms can be
+checked as LLVM IR and assembly for an AVX-512 CPU on a machine that cannot run them.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.core.errors import TypingError
+from numba.extending import intrinsic
+
+from search_spaces.runtime.simd import Vec, _contiguous, _flat_ptr, _lanes, _splat
+
+I8, I16, I32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
+
+# formulation -> vector bits -> the LLVM intrinsics it calls, in order
+INTRINSICS: dict[str, dict[int, tuple[str, ...]]] = {
+    "maddubs": {256: ("llvm.x86.avx2.pmadd.ub.sw", "llvm.x86.avx2.pmadd.wd"),
+                512: ("llvm.x86.avx512.pmaddubs.w.512", "llvm.x86.avx512.pmaddw.d.512")},
+    "madd16": {256: ("llvm.x86.avx2.pmadd.wd",),
+               512: ("llvm.x86.avx512.pmaddw.d.512",)},
+    "vnni": {256: ("llvm.x86.avx512.vpdpbusd.256",),
+             512: ("llvm.x86.avx512.vpdpbusd.512",)},
+}
+# formulation -> (K elements per group, A element type, B element type)
+OPERANDS: dict[str, tuple[int, str, str]] = {
+    "maddubs": (4, "uint8", "int8"),
+    "madd16": (2, "int16", "int16"),
+    "vnni": (4, "uint8", "int8"),
+}
+
+
+def _declare(builder: ir.IRBuilder, name: str, ret: ir.Type, args: list[ir.Type]):
+    return cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, args), name)
+
+
+def emit_dot(builder: ir.IRBuilder, kind: str, acc, a, b):
+    """acc + dot products of K groups of a and b (llvmlite values; acc is <L x i32>)."""
+    lanes = acc.type.count
+    bits = 32 * lanes
+    try:
+        names = INTRINSICS[kind][bits]
+    except KeyError:
+        raise ValueError(f"no {kind} dot product for {bits}-bit vectors") from None
+    v32 = ir.VectorType(I32, lanes)
+    v16 = ir.VectorType(I16, 2 * lanes)
+    v8 = ir.VectorType(I8, 4 * lanes)
+    if kind == "maddubs":
+        pairs = builder.call(_declare(builder, names[0], v16, [v8, v8]), [a, b])
+        ones = ir.Constant(v16, [1] * (2 * lanes))
+        quads = builder.call(_declare(builder, names[1], v32, [v16, v16]), [pairs, ones])
+        return builder.add(acc, quads)
+    if kind == "madd16":
+        return builder.add(acc, builder.call(_declare(builder, names[0], v32, [v16, v16]), [a, b]))
+    if kind == "vnni":
+        # The <L x i32> operand form: LLVM 22 reads it (upgrading to i8 vectors) and older
+        # LLVMs only know it.
+        fn = _declare(builder, names[0], v32, [v32, v32, v32])
+        return builder.call(fn, [acc, builder.bitcast(a, v32), builder.bitcast(b, v32)])
+    raise ValueError(f"unknown dot formulation {kind!r}; known: {', '.join(INTRINSICS)}")
+
+
+@intrinsic
+def vbroadcast_group(typingctx, arr, i, lanes):
+    """arr.flat[i : i + 4 bytes] as one 32-bit value in each of ``lanes`` lanes, typed as a
+    vector of arr's elements (4 uint8 or 2 int16 per lane: one K group of the packed A)."""
+    _contiguous(arr, "vbroadcast_group")
+    if not isinstance(arr.dtype, types.Integer) or arr.dtype.bitwidth not in (8, 16):
+        raise TypingError(f"vbroadcast_group needs an 8- or 16-bit integer array, got {arr}")
+    n = _lanes(lanes)
+    vt = Vec(arr.dtype, n * 32 // arr.dtype.bitwidth)
+
+    def codegen(context, builder, sig, args):
+        ptr = _flat_ptr(context, builder, sig.args[0], args[0], args[1])
+        word = builder.load(builder.bitcast(ptr, I32.as_pointer()), align=1)
+        splat = _splat(context, builder, Vec(types.int32, n), word)
+        return builder.bitcast(splat, context.get_value_type(vt))
+    return vt(arr, i, lanes), codegen
+
+
+def _dot_intrinsic(kind: str):
+    group, a_name, b_name = OPERANDS[kind]
+    a_ty, b_ty = getattr(types, a_name), getattr(types, b_name)
+
+    def typer(typingctx, acc, a, b):
+        if not (isinstance(acc, Vec) and acc.dtype == types.int32 and acc.lanes in (8, 16)):
+            raise TypingError(f"vdot_{kind} accumulates into an int32 vector of 8 or 16 lanes, got {acc}")
+        want_a, want_b = Vec(a_ty, acc.lanes * group), Vec(b_ty, acc.lanes * group)
+        if a != want_a or b != want_b:
+            raise TypingError(f"vdot_{kind} with {acc} needs {want_a} and {want_b}, got {a} and {b}")
+
+        def codegen(context, builder, sig, args):
+            return emit_dot(builder, kind, *args)
+        return acc(acc, a, b), codegen
+    typer.__name__ = f"vdot_{kind}"
+    return intrinsic(typer)
+
+
+vdot_maddubs = _dot_intrinsic("maddubs")
+vdot_madd16 = _dot_intrinsic("madd16")
+vdot_vnni = _dot_intrinsic("vnni")

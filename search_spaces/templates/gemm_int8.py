@@ -1,0 +1,208 @@
+"""Int8 GEMM template: C int32 = A uint8 (activations) @ B int8 (weights), exactly.
+
+The float GEMM's BLIS structure (``gemm.py``: cache blocks in ``loop_order``, packed A and B,
+an MR x NR register tile over a K block, ``parallel`` block loop), with the packing and the
+micro-kernel of ``int8_microkernels.py``: K in groups of 4 bytes (or 2 int16), one group per
+32-bit lane, accumulated by an explicit dot-product instruction (``simd_int8.py``).
+
+Knob ``dot`` is the instruction, offered only where the host has it (llvmlite's
+``get_host_cpu_features``):
+
+- ``madd16``: A and B widened to int16 while packing, ``vpmaddwd`` (AVX2 / AVX-512BW). Exact
+  for every input.
+- ``maddubs``: ``vpmaddubsw`` + ``vpmaddwd`` on the bytes. ``vpmaddubsw`` sums two u8 x s8
+  products into a *saturating* int16, and 255 * 127 * 2 > 32767, so it is wrong for full-range
+  weights: constraint ``exact`` allows it only for the ``int8w7`` workload (weights in
+  [-64, 64]: 2 * 255 * 64 = 32640 fits).
+- ``vnni``: ``vpdpbusd`` (AVX512-VNNI, or AVX-VNNI at 256 bits): products summed in int32,
+  exact for every input.
+
+``vec`` is the vector width (256, or 512 with AVX-512BW).
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+from search_spaces.templates.gemm import (LOOP_ORDERS, _pick, _split, _tile_values, _with_splits)
+from search_spaces.space import Config, ConfigSpace, Constraint, Knob
+from search_spaces.template import Template
+from workloads.errors import InstantiationError
+from workloads.gemm import INT8_DTYPES, Gemm
+
+DOTS = ("madd16", "maddubs", "vnni")
+SMALL_PARALLEL_FLOPS = 2 * 128 ** 3   # default config: one thread below this much work
+
+
+@functools.lru_cache(maxsize=None)
+def host_features() -> frozenset[str]:
+    """ISA features the host CPU has enabled, as LLVM names them (avx2, avx512bw, ...)."""
+    import llvmlite.binding as llvm
+
+    feats = llvm.get_host_cpu_features()
+    return frozenset(name for name, on in feats.items() if on)
+
+
+def supported(dot: str, vec: int, features: frozenset[str]) -> bool:
+    """Whether ``dot`` at ``vec`` bits compiles to real instructions on a CPU with ``features``."""
+    if vec == 512:
+        need = {"madd16": {"avx512bw"}, "maddubs": {"avx512bw"}, "vnni": {"avx512vnni"}}[dot]
+        return need <= features
+    if dot == "vnni":
+        return {"avx512vnni", "avx512vl"} <= features or "avxvnni" in features
+    return "avx2" in features
+
+
+def vector_registers(features: frozenset[str]) -> int:
+    return 32 if "avx512f" in features else 16
+
+
+class GemmInt8Template(Template):
+    name = "gemm_int8"
+    version = 1
+    workload_kind = "gemm"
+    dtypes = tuple(INT8_DTYPES)
+    entry = "kernel"
+
+    def __init__(self, features: frozenset[str] | None = None):
+        # None: the host's (tests pass another CPU's features to check its space)
+        self._features = features
+
+    @property
+    def features(self) -> frozenset[str]:
+        return self._features if self._features is not None else host_features()
+
+    def _check(self, w: Gemm) -> None:
+        if w.dtype not in INT8_DTYPES:
+            raise InstantiationError(f"template {self.name} computes {', '.join(INT8_DTYPES)}, not {w.dtype}")
+        if "avx2" not in self.features:
+            raise InstantiationError(f"template {self.name} needs AVX2; this CPU has none")
+
+    # -- the space -----------------------------------------------------------------------
+    def space(self, workload: Gemm, max_threads: int = 1) -> ConfigSpace:
+        w = workload
+        self._check(w)
+        f = self.features
+        vecs = tuple(v for v in (256, 512) if any(supported(d, v, f) for d in DOTS))
+        dots = tuple(d for d in DOTS if any(supported(d, v, f) for v in vecs))
+        lanes = vecs[0] // 32
+        nrs = tuple(lanes * k for k in (1, 2, 3, 4)) + ((48, 64) if 512 in vecs else ())
+        knobs = [
+            Knob("tile_m", _with_splits(_tile_values(w.M, 16), w.M, max_threads), True, "rows of C per cache block"),
+            Knob("tile_n", _with_splits(_tile_values(w.N, 16), w.N, max_threads), True, "columns of C per cache block"),
+            Knob("tile_k", _tile_values(w.K, 64), True, "K depth per cache block (packed panels in L1/L2)"),
+            Knob("mr", (1, 2, 3, 4, 6, 8), True, "rows of the register micro-tile"),
+            Knob("nr", nrs, True, "columns of the register micro-tile (int32 lanes)"),
+            Knob("loop_order", LOOP_ORDERS, False, "order of the block loops, outermost first"),
+            Knob("dot", dots, False, "dot-product instruction (madd16 exact, maddubs saturating, vnni)"),
+            Knob("vec", vecs, True, "vector bits"),
+            Knob("unroll_k", (1, 2, 4), True, "unroll factor of the micro-kernel's K-group loop"),
+            Knob("parallel", ("none", "m", "n"), False, "block loop run with numba.prange"),
+            Knob("threads", tuple(range(1, max(1, max_threads) + 1)), True, "Numba threads"),
+        ]
+        return ConfigSpace(knobs, self._constraints(w))
+
+    def _constraints(self, w: Gemm) -> list[Constraint]:
+        f = self.features
+        regs = vector_registers(f)
+
+        def exact(c):
+            if c["dot"] == "maddubs" and INT8_DTYPES[w.dtype] > 64:
+                return ("maddubs saturates int16 pairs for weights outside [-64, 64] "
+                        "(255*127*2 > 32767); exact only for dtype int8w7")
+            return None
+
+        def isa(c):
+            if not supported(c["dot"], c["vec"], f):
+                return f"{c['dot']} at {c['vec']} bits is not supported by this CPU"
+            return None
+
+        def vector_width(c):
+            lanes = c["vec"] // 32
+            if c["nr"] % lanes:
+                return f"nr={c['nr']} is not a multiple of the {lanes} int32 lanes of vec={c['vec']}"
+            return None
+
+        def registers(c):
+            acc = c["mr"] * c["nr"] // (c["vec"] // 32)
+            # plus one A broadcast and one temporary; B vectors (and maddubs's ones) can be
+            # memory operands of the dot-product instruction
+            live = acc + 2
+            if live > regs:
+                return f"{acc} accumulators + operands = {live} vector registers > {regs}"
+            return None
+
+        def tiles_fit_micro(c):
+            if c["tile_m"] < c["mr"] and c["tile_m"] < w.M:
+                return f"tile_m={c['tile_m']} is smaller than mr={c['mr']}"
+            if c["tile_n"] < c["nr"] and c["tile_n"] < w.N:
+                return f"tile_n={c['tile_n']} is smaller than nr={c['nr']}"
+            return None
+
+        def threads(c):
+            if (c["threads"] > 1) != (c["parallel"] != "none"):
+                return "threads > 1 exactly when parallel != 'none'"
+            return None
+
+        return [Constraint("exact", exact), Constraint("isa", isa),
+                Constraint("vector_width", vector_width), Constraint("registers", registers),
+                Constraint("tiles_fit_micro", tiles_fit_micro), Constraint("threads", threads)]
+
+    # -- defaults --------------------------------------------------------------------------
+    def default_dot(self, w: Gemm) -> str:
+        """The fastest exact instruction for this workload on this CPU."""
+        vec = self.default_vec()
+        if supported("vnni", vec, self.features):
+            return "vnni"
+        return "maddubs" if INT8_DTYPES[w.dtype] <= 64 else "madd16"
+
+    def default_vec(self) -> int:
+        return 512 if supported("madd16", 512, self.features) else 256
+
+    def default_config(self, workload: Gemm, max_threads: int = 1) -> Config:
+        """A 4 (maddubs, vnni) or 6 (madd16) x 2-vector tile on packed panels, n/k/m blocks;
+        with threads, N split evenly."""
+        w = workload
+        sp = self.space(w, max_threads)
+        vec = self.default_vec()
+        lanes = vec // 32
+        threads = 1 if w.flops() < SMALL_PARALLEL_FLOPS else max(1, max_threads)
+        tile_n = 1024 if threads == 1 or _split(w.N, threads) > 1024 else _split(w.N, threads)
+        dot = self.default_dot(w)
+        # Measured at 1024^3, 1 thread, znver3 (thread CPU time, alternating, shared machine):
+        # maddubs 4 x 16 unrolled by 2 157 GOPS (6 x 16: 127, 4 x 24: 131, not unrolled: 145);
+        # madd16 6 x 16 128 GOPS (4 x 16: 113). Blocks: the whole K (1024) with 48-row A blocks
+        # beat 96 x 512 and the tuned 128 x 512 (maddubs 13.0 vs 14.9 and 16.0 ms; madd16 17.1
+        # vs 18.4 ms): one K block stores C once, and a 48 x 1024 A block stays in L2.
+        mr, unroll = (6, 1) if dot == "madd16" else (4, 2)
+        # a few rows of C (GEMV-like): no taller tile than there are rows (padding is work)
+        mr = max(v for v in sp.knob("mr").values if v <= max(1, min(mr, w.M)))
+        cfg = {"tile_m": _pick(sp, "tile_m", 48), "tile_n": _pick(sp, "tile_n", tile_n, at_least=True),
+               "tile_k": _pick(sp, "tile_k", 1024), "mr": mr, "nr": 2 * lanes, "loop_order": "nkm",
+               "dot": dot, "vec": vec, "unroll_k": unroll,
+               "parallel": "n" if threads > 1 else "none", "threads": threads}
+        return _repair(sp, cfg)
+
+    # -- code generation -------------------------------------------------------------------
+    def codegen(self, workload: Gemm, config: Config) -> str:
+        w = workload
+        c = dict(config)
+        sp = self.space(w, max_threads=max(int(c.get("threads", 1)), os.cpu_count() or 1))
+        sp.validate(config)
+        from search_spaces.gemm_engine.int8_microkernels import generate
+
+        return generate(w, c, self.version, self.name)
+
+
+def _repair(space: ConfigSpace, cfg: dict) -> Config:
+    """Make the hand-written default valid for small shapes (tiles at least the micro-tile)."""
+    cfg = dict(cfg)
+    for dim_knob, micro in (("tile_m", "mr"), ("tile_n", "nr")):
+        vals = space.knob(dim_knob).values
+        ok = [v for v in vals if v >= cfg[micro] or v == vals[-1]]
+        if cfg[dim_knob] not in ok:
+            cfg[dim_knob] = min(ok, key=lambda v: abs(v - cfg[dim_knob]))
+    reason = space.violation(cfg)
+    if reason is not None:
+        raise InstantiationError(f"cannot repair the int8 gemm default {cfg}: {reason}")
+    return Config(cfg)
