@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 
 from search_spaces.gemm_engine.blocked import _AXIS, emit_block_loops
-from search_spaces.gemm_engine.microkernels import store_acc_lines
+from search_spaces.gemm_engine.microkernels import vector_tile_store_lines
 from search_spaces.runtime.simd_int8 import OPERANDS
 
 _NP = {"uint8": "np.uint8", "int8": "np.int8", "int16": "np.int16"}
@@ -149,18 +149,7 @@ def micro_kernel_source(mr: int, nr: int, lanes: int, group: int, dot: str, unro
             out += [f"{acc[r][v]} = vdot_{dot}({acc[r][v]}, a_{r}, b_{v})" for v in range(nv)]
         return out
     lines += _group_loop(unroll, body)
-    lines += ["if mlen == MR and nlen == NR:", "    if first:"]
-    for r in range(mr):
-        lines += [f"        vstore2(C, ci + {r}, cj + {v * lanes}, {acc[r][v]})" for v in range(nv)]
-    lines += ["    else:"]
-    for r in range(mr):
-        lines += [f"        vstore2(C, ci + {r}, cj + {v * lanes}, "
-                  f"vadd(vload2(C, ci + {r}, cj + {v * lanes}, {lanes}), {acc[r][v]}))" for v in range(nv)]
-    lines += ["else:  # partial tile at the edge of C: spill the registers, store what fits",
-              "    acc = np.empty((MR, NR), np.int32)"]
-    for r in range(mr):
-        lines += [f"    vstore(acc, {r * nr + v * lanes}, {acc[r][v]})" for v in range(nv)]
-    lines += store_acc_lines()[10:]   # the bounded store loops
+    lines += vector_tile_store_lines(acc, nr, lanes, "np.int32")
     return head + _indent(lines)
 
 

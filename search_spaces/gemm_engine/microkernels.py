@@ -145,6 +145,26 @@ def store_acc_lines() -> list[str]:
     ]
 
 
+def vector_tile_store_lines(acc: list[list[str]], nr: int, lanes: int, dtype_src: str) -> list[str]:
+    """The write-back of a register tile, shared by every micro-kernel of the engine (float FMA
+    and int8 dot products): ``acc[r][v]`` is row r's v-th vector of ``lanes`` elements. A whole
+    tile is stored (first K block) or added to C with vector loads/stores; a partial tile at
+    C's edge spills the registers to a local MR x NR array of ``dtype_src`` and stores what fits."""
+    mr, nv = len(acc), len(acc[0])
+    lines = ["if mlen == MR and nlen == NR:", "    if first:"]
+    for r in range(mr):
+        lines += [f"        vstore2(C, ci + {r}, cj + {v * lanes}, {acc[r][v]})" for v in range(nv)]
+    lines += ["    else:"]
+    for r in range(mr):
+        lines += [f"        vstore2(C, ci + {r}, cj + {v * lanes}, vadd(vload2(C, ci + {r}, cj + {v * lanes}, {lanes}), {acc[r][v]}))"
+                  for v in range(nv)]
+    lines += ["else:  # partial tile at the edge of C: spill the registers, store what fits",
+              f"    acc = np.empty((MR, NR), {dtype_src})"]
+    for r in range(mr):
+        lines += [f"    vstore(acc, {r * nr + v * lanes}, {acc[r][v]})" for v in range(nv)]
+    return lines + store_acc_lines()[10:]   # the bounded store loops
+
+
 # -- micro-kernels -------------------------------------------------------------------------
 def _k_loop(unroll: int, body) -> list[str]:
     """A loop over p in [0, kc) with its body repeated ``unroll`` times, plus a remainder.
@@ -287,18 +307,7 @@ def micro_intrinsic_source(mr: int, nr: int, vec: int, unroll: int, pack_a: bool
     lines += _k_loop(unroll, body)
     if not write_cache:
         return head + _indent(lines)
-    lines += ["if mlen == MR and nlen == NR:", "    if first:"]
-    for r in range(mr):
-        lines += [f"        vstore2(C, ci + {r}, cj + {v * vec}, {acc[r][v]})" for v in range(nv)]
-    lines += ["    else:"]
-    for r in range(mr):
-        lines += [f"        vstore2(C, ci + {r}, cj + {v * vec}, vadd(vload2(C, ci + {r}, cj + {v * vec}, {vec}), {acc[r][v]}))"
-                  for v in range(nv)]
-    lines += ["else:  # partial tile at the edge of C: spill the registers, store what fits",
-              "    acc = np.empty((MR, NR), DTYPE)"]
-    for r in range(mr):
-        lines += [f"    vstore(acc, {r * nr + v * vec}, {acc[r][v]})" for v in range(nv)]
-    lines += store_acc_lines()[10:]   # the bounded store loops
+    lines += vector_tile_store_lines(acc, nr, vec, "DTYPE")
     return head + _indent(lines)
 
 
