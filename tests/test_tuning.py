@@ -119,3 +119,73 @@ def test_final_remeasurement_runs_in_a_fresh_worker(templates, store, measurer):
     assert s.best is not None
     assert measurer._runner._proc.pid != before   # the re-measurements started a new process
     assert len([r for r in store.trials(workload_key=w.key) if r.strategy == "remeasure"]) == 2
+
+
+class SlowDefaultGemm(SleepyGemm):
+    """Its default config sleeps 20 ms per call; the other config does not."""
+
+    name = "slow_default_gemm"
+
+    def space(self, workload, max_threads=1):
+        return ConfigSpace([Knob("delay", (20, 0), ordinal=True)])
+
+    def default_config(self, workload, max_threads=1):
+        return Config({"delay": 20})
+
+
+def test_a_real_winner_replaces_the_default_after_the_side_by_side_check(store, measurer):
+    from tuner.dispatch import select_config
+
+    w = Gemm.parse("8x8x10")
+    t = SlowDefaultGemm()
+    s = tune(w, t, store, host_target(),
+             TuneOptions(strategy="grid", trials=2, batch_size=2, progress=False), measurer=measurer)
+    assert s.best.config == Config({"delay": 0})
+    g = s.best.guard
+    assert g and g["accepted"] and g["margin"] > 10 and g["best"] == s.best.config.hash
+    guard_rows = [r for r in store.trials(workload_key=w.key) if r.strategy == "guard"]
+    assert len(guard_rows) == 4          # both configs, two rounds, recorded
+    sel = select_config(w, t, store, threads=1)
+    assert sel.source == "tuned" and sel.config == Config({"delay": 0})
+
+
+class _Fixed:
+    """A measurer whose timings are given: the guard's decision without timing noise."""
+
+    def __init__(self, medians):
+        self.medians = medians            # config -> list of per-round medians
+
+    def measure(self, workload, template, configs, cutoff_s=None):
+        from tuner.measure.result import MeasureResult, Status
+
+        return [MeasureResult(Status.OK, [self.medians[c].pop(0)] * 3) for c in configs]
+
+
+@pytest.mark.parametrize("default_times, best_times, accepted", [
+    ([1.00e-3, 1.03e-3], [0.99e-3, 1.01e-3], False),   # a 1% "gain" inside 3% noise
+    ([1.00e-3, 1.00e-3], [0.99e-3, 0.99e-3], False),   # 1%, no noise: below the 2% floor
+    ([2.00e-3, 2.02e-3], [1.00e-3, 1.01e-3], True),    # 2x, 1% noise
+])
+def test_the_guard_refuses_a_noise_winner_and_accepts_a_real_one(store, default_times, best_times,
+                                                                  accepted):
+    from tuner.dispatch import select_config
+    from tuner.db.store import TrialRecord
+    from tuner.measure.result import MeasureResult, Status
+    from tuner.tuning import guard_against_default
+
+    w, t, target = Gemm.parse("8x8x11"), SleepyGemm(), host_target()
+    default, other = t.default_config(w, 1), Config({"delay": 2})
+    run = store.start_run(target, "test", "grid", 1)
+    store.add_trials(run, w, target, [   # the search's own figures: "other" looked 10% faster
+        TrialRecord(t.name, t.version, default, 1, MeasureResult(Status.OK, [1.1e-3] * 3)),
+        TrialRecord(t.name, t.version, other, 1, MeasureResult(Status.OK, [1.0e-3] * 3))])
+    fake = _Fixed({default: list(default_times), other: list(best_times)})
+    g = guard_against_default(store, fake, w, t, target, TuneOptions(progress=False), run)
+    assert g["accepted"] is accepted and g["best"] == other.hash
+    best = store.best(w.key, target.key, 1, t.name, t.version)
+    assert best.config == other and best.guard == g     # still the best, now with its check
+    sel = select_config(w, t, store, target, threads=1)
+    assert sel.config == (other if accepted else default)
+    assert accepted or "default kept" in sel.note
+    # the guard ran once: the best carries it, nothing is measured again
+    assert guard_against_default(store, fake, w, t, target, TuneOptions(progress=False), run) is None

@@ -67,12 +67,21 @@ def cmd_best(args) -> int:
         return 0
     rows = [{"workload": b.workload_key, "target": b.target_key, "threads": b.threads,
              "template": f"{b.template} v{b.template_version}", "median": fmt_time(b.median),
-             "gflops": b.gflops, "n": b.measurements,
+             "gflops": b.gflops, "n": b.measurements, "vs_default": _guard(b),
              "versions": " ".join(f"{k}={b.versions.get(k)}" for k in ("numba", "llvmlite", "numpy", "tuner")),
              "config": b.config.to_json()} for b in bests]
     print_table(rows, ["workload", "target", "threads", "template", "median", "gflops", "n",
-                       "versions", "config"])
+                       "vs_default", "versions", "config"])
     return 0
+
+
+def _guard(b) -> str:
+    """The side-by-side check against the template's default: margin (default time / tuned
+    time), noise, and whether dispatch applies the tuned config."""
+    g = b.guard
+    if not g or g.get("best") != b.config.hash:
+        return "-"
+    return f"{g['margin']:.3f} (noise {g['noise']:.3f}, {'applied' if g['accepted'] else 'default kept'})"
 
 
 def cmd_history(args) -> int:

@@ -51,6 +51,9 @@ class Best:
     trial_id: int
     versions: dict = field(default_factory=dict)
     created_at: str = ""
+    # the side-by-side check against the template's default (tuner.tuning.guard_against_default):
+    # margin, noise, accepted; None when the config was never checked
+    guard: dict | None = None
 
     def to_dict(self) -> dict:
         d = self.__dict__.copy()
@@ -293,10 +296,12 @@ class Store:
             score, cfg_rows = ranked[0]
             first = cfg_rows[0]
             worst = max(cfg_rows, key=lambda x: x.median)
+            guards = [g for g in ((r.info or {}).get("guard") for r in cfg_rows) if g]
             out.append(Best(workload_key=wkey, target_key=tkey, template=tmpl, template_version=ver,
                             config=Config.from_json(first.config), threads=thr, median=score,
                             gflops=worst.gflops, measurements=len(cfg_rows), trial_id=worst.id,
-                            versions=dict(worst.versions), created_at=str(worst.created_at)))
+                            versions=dict(worst.versions), created_at=str(worst.created_at),
+                            guard=guards[-1] if guards else None))
         out.sort(key=lambda b: (b.workload_key, b.target_key, b.threads, b.median))
         return out
 
