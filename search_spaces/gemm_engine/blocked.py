@@ -101,33 +101,40 @@ def generate(w: Gemm, c: dict, version: int) -> str:
     return "\n\n\n".join("\n".join(p) for p in parts) + "\n"
 
 
-def _kernel_source(c: dict) -> list[str]:
-    order, par = c["loop_order"], c["parallel"]
-    pack_a, pack_b = c["pack_a"], c["pack_b"]
-    # Pack where the block is first fully determined (hoisted out of the third loop).
+def emit_packed_block_loops(body: list[str], order: str, par: str, alloc_a: str | None,
+                            alloc_b: str | None) -> str:
+    """``emit_block_loops`` with packing: each operand with an allocation line (None: read in
+    place) is packed where its block is first fully determined (hoisted out of the third
+    loop) by ``pack_a(A, i0, p0, mc, kc, Ap)`` / ``pack_b(B, p0, j0, kc, nc, Bp)``. A buffer
+    packed outside the parallel loop is shared; inside it, private per iteration. Shared by
+    the float and int8 GEMM kernels; returns the innermost indentation."""
     level_a = max(order.index("m"), order.index("k"))
     level_b = max(order.index("k"), order.index("n"))
     level_par = order.index(par) if par != "none" else 99
-    alloc_a = "Ap = empty_aligned(A_PANELS, TILE_K, MR)   # packed A block"
-    alloc_b = "Bp = empty_aligned(B_PANELS, TILE_K, NR)   # packed B block"
+    if alloc_a and level_a < level_par:
+        body.append(alloc_a)
+    if alloc_b and level_b < level_par:
+        body.append(alloc_b)
+    private = "block (private to this iteration)"
+    at_parallel = ([alloc_a.replace("block", private)] if alloc_a and level_a >= level_par else []) \
+        + ([alloc_b.replace("block", private)] if alloc_b and level_b >= level_par else [])
+    packs = ([(level_a, "pack_a(A, i0, p0, mc, kc, Ap)")] if alloc_a else []) \
+        + ([(level_b, "pack_b(B, p0, j0, kc, nc, Bp)")] if alloc_b else [])
+    return emit_block_loops(body, order, par, at_parallel, packs)
 
+
+def _kernel_source(c: dict) -> list[str]:
+    order, par = c["loop_order"], c["parallel"]
+    pack_a, pack_b = c["pack_a"], c["pack_b"]
     jit = "@numba.njit(cache=True" + (", parallel=True" if par != "none" else "") + ")"
     lines = [jit, "def kernel(A, B, C):",
              '    """C = A @ B, writing every element of C."""']
     body: list[str] = []
     if not c["write_cache"]:
         body.append("C[:, :] = ZERO   # the micro-kernel accumulates straight into C")
-    # Buffers packed outside the parallel loop are shared; inside it, private per iteration.
-    if pack_a and level_a < level_par:
-        body.append(alloc_a)
-    if pack_b and level_b < level_par:
-        body.append(alloc_b)
-    private = "block (private to this iteration)"
-    at_parallel = ([alloc_a.replace("block", private)] if pack_a and level_a >= level_par else []) \
-        + ([alloc_b.replace("block", private)] if pack_b and level_b >= level_par else [])
-    packs = ([(level_a, "pack_a(A, i0, p0, mc, kc, Ap)")] if pack_a else []) \
-        + ([(level_b, "pack_b(B, p0, j0, kc, nc, Bp)")] if pack_b else [])
-    ind = emit_block_loops(body, order, par, at_parallel, packs)
+    alloc_a = "Ap = empty_aligned(A_PANELS, TILE_K, MR)   # packed A block" if pack_a else None
+    alloc_b = "Bp = empty_aligned(B_PANELS, TILE_K, NR)   # packed B block" if pack_b else None
+    ind = emit_packed_block_loops(body, order, par, alloc_a, alloc_b)
     first = "p0 == 0" if c["write_cache"] else "False"
     a_args = ("Ap", "ir // MR") if pack_a else ("A", "i0 + ir")
     b_args = ("Bp", "jr // NR") if pack_b else ("B", "j0 + jr")

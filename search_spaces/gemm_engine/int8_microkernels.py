@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 
-from search_spaces.gemm_engine.blocked import _AXIS, emit_block_loops
+from search_spaces.gemm_engine.blocked import _AXIS, emit_packed_block_loops
 from search_spaces.gemm_engine.microkernels import vector_tile_store_lines
 from search_spaces.runtime.simd_int8 import OPERANDS
 
@@ -157,23 +157,11 @@ def kernel_source(c: dict) -> list[str]:
     """The block loops (``loop_order``; ``parallel`` as prange), packing hoisted to where each
     block is determined, and the macro-kernel over MR x NR tiles."""
     order, par = c["loop_order"], c["parallel"]
-    level_a = max(order.index("m"), order.index("k"))
-    level_b = max(order.index("k"), order.index("n"))
-    level_par = order.index(par) if par != "none" else 99
-    alloc_a = "Ap = empty_a(A_PANELS, KG, MR, G)   # packed A block"
-    alloc_b = "Bp = empty_b(B_PANELS, KG, NR, G)   # packed B block"
     jit = "@numba.njit(cache=True" + (", parallel=True" if par != "none" else "") + ")"
     lines = [jit, "def kernel(A, B, C):", '    """C = A @ B (uint8 x int8 -> int32), writing every element of C."""']
     body: list[str] = []
-    if level_a < level_par:
-        body.append(alloc_a)
-    if level_b < level_par:
-        body.append(alloc_b)
-    private = "block (private to this iteration)"
-    at_parallel = ([alloc_a.replace("block", private)] if level_a >= level_par else []) \
-        + ([alloc_b.replace("block", private)] if level_b >= level_par else [])
-    packs = [(level_a, "pack_a(A, i0, p0, mc, kc, Ap)"), (level_b, "pack_b(B, p0, j0, kc, nc, Bp)")]
-    ind = emit_block_loops(body, order, par, at_parallel, packs)
+    ind = emit_packed_block_loops(body, order, par, "Ap = empty_a(A_PANELS, KG, MR, G)   # packed A block",
+                                  "Bp = empty_b(B_PANELS, KG, NR, G)   # packed B block")
     body += [
         f"{ind}first = p0 == 0   # first K block stores, later ones add",
         f"{ind}for jr in range(0, nc, NR):",
