@@ -36,9 +36,9 @@ _WARNED: set[tuple] = set()
 _LOCK = threading.Lock()
 _KERNELS: dict[tuple[str, str], object] = {}
 _STORES: dict[str, Store] = {}
-# (store url, M, N, K, dtype, threads, strict) -> (store writes when selected, selection,
-# kernel, Numba threads, output dtype): the dispatched path's per-process cache
-_SELECTED: dict[tuple, tuple[int, "Selection", object, int, str]] = {}
+# (store url, M, N, K, dtype, threads, strict) -> (store writes when selected, Kernel, output
+# dtype): the dispatched path's per-process cache
+_SELECTED: dict[tuple, tuple[int, "Kernel", str]] = {}
 
 
 @dataclass
@@ -173,12 +173,12 @@ class Kernel:
         self.fn = load_kernel(workload, template, selection.config)
         import numba
 
-        self._threads = min(template.threads(selection.config), numba.config.NUMBA_NUM_THREADS)
+        self.threads = min(template.threads(selection.config), numba.config.NUMBA_NUM_THREADS)
 
     def __call__(self, *arrays):
         import numba
 
-        numba.set_num_threads(self._threads)
+        numba.set_num_threads(self.threads)
         return self.fn(*arrays)
 
     def __repr__(self) -> str:
@@ -207,8 +207,8 @@ def forget_selections(url: str | None = None) -> None:
 
 
 def _gemm_kernel(key: tuple):
-    """(selection, kernel, Numba threads) for a gemm key; the store is queried only when the
-    key is new or this process has written trials to the store since."""
+    """(``Kernel``, output dtype) for a gemm key; the store is queried only when the key is new
+    or this process has written trials to the store since."""
     hit = _SELECTED.get(key)
     if hit is not None and hit[0] == store_mod.writes(key[0]):
         return hit[1:]
@@ -218,12 +218,8 @@ def _gemm_kernel(key: tuple):
     w = Gemm(M, N, K, dtype)
     template = template_for(w)
     written = store_mod.writes(url)
-    sel = select_config(w, template, open_store(url), threads=threads, strict=strict)
-    fn = load_kernel(w, template, sel.config)
-    import numba
-
-    entry = (written, sel, fn, min(template.threads(sel.config), numba.config.NUMBA_NUM_THREADS),
-             w.output_specs()[0][1])
+    k = Kernel(w, template, select_config(w, template, open_store(url), threads=threads, strict=strict))
+    entry = (written, k, w.output_specs()[0][1])
     with _LOCK:
         _SELECTED[key] = entry
     return entry[1:]
@@ -254,11 +250,11 @@ def gemm(A: np.ndarray, B: np.ndarray, *, threads: int | None = None, db: str | 
     url = settings.db_url(db)
     key = (url, int(A.shape[0]), int(B.shape[1]), int(A.shape[1]), _gemm_dtype(A, B, weights7),
            threads or usable_cores(), bool(strict))
-    _, fn, n_threads, out_dtype = _gemm_kernel(key)
+    k, out_dtype = _gemm_kernel(key)
     import numba
 
-    if numba.get_num_threads() != n_threads:
-        numba.set_num_threads(n_threads)
+    if numba.get_num_threads() != k.threads:
+        numba.set_num_threads(k.threads)
     C = out if out is not None else np.empty((key[1], key[2]), dtype=out_dtype)
-    fn(np.ascontiguousarray(A), np.ascontiguousarray(B), C)
+    k.fn(np.ascontiguousarray(A), np.ascontiguousarray(B), C)
     return C
