@@ -127,6 +127,12 @@ def test_tune_model_spends_the_budget_and_records(db_url, capsys, tmp_path):
     assert rc == 0
     report = json.loads(capsys.readouterr().out)
     assert report["spent"] == 2 and report["tasks"][0]["trials"] == 2
+    # the end-to-end before/after: both builds measured in this run, same numbers computed
+    e = report["end_to_end"]
+    assert e["samples"]["defaults"] >= 3 and e["samples"]["tuned"] >= 3
+    assert e["defaults"]["p25_ms"] <= e["defaults"]["p50_ms"] <= e["defaults"]["p75_ms"]
+    assert e["speedup"] == pytest.approx(e["defaults"]["p50_ms"] / e["tuned"]["p50_ms"])
+    assert e["max_abs_diff"] < 1e-4 and sum(e["tuned_counts"].values()) == 1
     assert main(["tasks", str(path), "--threads", "1", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)["tasks"]
     assert row["tuned"] and row["time_source"] == "record"

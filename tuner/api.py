@@ -150,9 +150,11 @@ def _graph(graph_or_path):
 def tune_model(graph_or_path, *, trials: int = 400, threads: int = 1, db: str | None = None,
                opt_level: int = 2, strategy: str = "model", batch_size: int = 8, seed: int = 0,
                log: str | None = None, progress: bool = False,
-               echo: Callable[[str], Any] | None = None) -> dict:
+               echo: Callable[[str], Any] | None = None, end_to_end: bool = True) -> dict:
     """Tune every task of a model (a Graph or a path) into ``db``, spending ``trials`` where the
-    expected latency cut is largest; returns the report (per task: trials, time before/after)."""
+    expected latency cut is largest; returns the report (per task: trials, time before/after;
+    ``end_to_end``: the model built with defaults and with the records, both timed in this run,
+    under ``report["end_to_end"]``)."""
     from tuner.dispatch import open_store
     from tuner.tasks import tune_model as run
     from tuner.target import host_target
@@ -165,7 +167,8 @@ def tune_model(graph_or_path, *, trials: int = 400, threads: int = 1, db: str | 
     graph = _graph(graph_or_path)
     report = run(graph, trials=trials, store=open_store(db), target=host_target(), threads=n,
                  opt_level=opt_level, strategy=strategy, round_size=batch_size, seed=seed,
-                 progress=progress, log_path=log, echo=echo or (lambda _line: None))
+                 progress=progress, log_path=log, echo=echo or (lambda _line: None),
+                 end_to_end=end_to_end)
     return report
 
 

@@ -196,9 +196,10 @@ def load_graph(path: str):
 def tune_model(graph, *, trials: int, store, target, threads: int, opt_level: int = 2,
                strategy: str = "model", round_size: int = 8, seed: int = 0, measure_opts=None,
                progress: bool = False, log_path: str | None = None, command: str = "",
-               echo=print) -> dict:
+               echo=print, end_to_end: bool = True) -> dict:
     """Tune every task of ``graph`` (a Graph, or the path of a model) into ``store``; returns
-    the report."""
+    the report. ``end_to_end``: then build the model with defaults and with the records and
+    time both in this run (``measure_builds``): the measured before/after, not an estimate."""
     import time
 
     from search_spaces import get_template
@@ -255,10 +256,54 @@ def tune_model(graph, *, trials: int, store, target, threads: int, opt_level: in
              ("default measured" if states[i].measured else "estimate"),
              "time_before_ms": start[i] * 1e3, "time_after_ms": states[i].best * 1e3}
             for i, t in enumerate(tasks)]
-    return {"model": model, "target": target.key, "threads": threads, "budget": trials,
-            "spent": sched.spent, "estimated_latency_before_ms": before * 1e3,
-            "estimated_latency_after_ms": after * 1e3, "wall_time_s": time.perf_counter() - t0,
-            "tasks": rows}
+    report = {"model": model, "target": target.key, "threads": threads, "budget": trials,
+              "spent": sched.spent, "estimated_latency_before_ms": before * 1e3,
+              "estimated_latency_after_ms": after * 1e3, "tasks": rows}
+    if end_to_end:
+        echo("measuring end to end: the model built with template defaults and with the "
+             "records, timed in turns ...")
+        report["end_to_end"] = measure_builds(graph, store=store, threads=threads,
+                                              opt_level=opt_level)
+    report["wall_time_s"] = time.perf_counter() - t0
+    return report
+
+
+def measure_builds(graph, *, store, threads: int, opt_level: int = 2, rounds: int = 3,
+                   repeat: int = 15, seed: int = 1) -> dict:
+    """The end-to-end effect of the records: ``graph`` built twice in this process (template
+    defaults everywhere; the records as ``build`` applies them, guard included), both run on
+    the same seeded inputs in alternating rounds (so load drifts hit both), outputs compared.
+
+    Returns p50 / p25 / p75 per build (ms), ``speedup`` = defaults p50 / tuned p50, the
+    relative spread (IQR / p50, the larger of the two: a speedup inside it is noise), the
+    tuned build's kernel counts and the max abs difference between the two outputs."""
+    import numpy as np
+
+    from tuner.compiler.compile_model import build
+    from tuner.compiler.module import Timing, time_fn
+    from workloads.graph.executor import random_inputs
+
+    inputs = random_inputs(graph, seed=seed)
+    mods = {"defaults": build(graph, opt_level=opt_level, threads=threads, store=store, tuned=False),
+            "tuned": build(graph, opt_level=opt_level, threads=threads, store=store, tuned=True)}
+    outs = {k: [np.array(o) for o in m.run(inputs)] for k, m in mods.items()}
+    timing = {k: Timing() for k in mods}
+    for _ in range(max(1, rounds)):
+        for k, m in mods.items():
+            t = time_fn(lambda m=m: m.run(inputs, copy=False), warmup=1,
+                        repeat=max(3, repeat // max(1, rounds)), max_seconds=20)
+            timing[k].samples += t.samples
+    out: dict = {"rounds": rounds, "samples": {k: len(t.samples) for k, t in timing.items()}}
+    for k, t in timing.items():
+        q25, q50, q75 = np.percentile(t.samples, [25, 50, 75]) * 1e3
+        out[k] = {"p50_ms": float(q50), "p25_ms": float(q25), "p75_ms": float(q75)}
+    out["speedup"] = out["defaults"]["p50_ms"] / out["tuned"]["p50_ms"]
+    out["spread"] = max((out[k]["p75_ms"] - out[k]["p25_ms"]) / out[k]["p50_ms"] for k in mods)
+    out["tuned_counts"] = dict(mods["tuned"].summary.counts)
+    out["max_abs_diff"] = max((float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+                               if a.size else 0.0)
+                              for a, b in zip(outs["defaults"], outs["tuned"]))
+    return out
 
 
 def _ms(x: float | None) -> str:

@@ -93,7 +93,8 @@ def tune_model_cmd(args) -> int:
                         threads=threads, opt_level=args.opt_level, strategy=args.strategy,
                         round_size=args.batch_size, seed=args.seed, measure_opts=mopts,
                         progress=False, log_path=args.log or None,
-                        command=shlex.join(["python", "-m", "tuner", *sys.argv[1:]]), echo=echo)
+                        command=shlex.join(["python", "-m", "tuner", *sys.argv[1:]]), echo=echo,
+                        end_to_end=not args.no_end_to_end)
     if args.json:
         print_json(report)
         return 0
@@ -108,4 +109,13 @@ def tune_model_cmd(args) -> int:
           f"{report['estimated_latency_after_ms']:.2f} ms (sum of per-task times x occurrences; "
           "before: each task's record or its measured default config; tasks the budget did not "
           "reach at their nominal estimate)")
+    e = report.get("end_to_end")
+    if e:
+        c = e["tuned_counts"]
+        verdict = ("within the spread: no measurable change" if abs(e["speedup"] - 1) <= e["spread"]
+                   else ("faster" if e["speedup"] > 1 else "SLOWER"))
+        print(f"measured end to end ({threads} thread(s), {sum(e['samples'].values())} runs in "
+              f"{e['rounds']} alternating rounds): defaults {e['defaults']['p50_ms']:.2f} ms, "
+              f"tuned {e['tuned']['p50_ms']:.2f} ms ({c.get('tuned', 0)} tuned kernels): "
+              f"{e['speedup']:.3f}x, spread {100 * e['spread']:.1f}% -> {verdict}")
     return 0

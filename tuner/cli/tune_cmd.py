@@ -41,6 +41,9 @@ def register(sub) -> None:
                    help="tpe: where the Optuna study lives: 'db' (the records database, "
                         "default; optuna-dashboard can open it), another URL, or 'memory'")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-end-to-end", action="store_true",
+                   help="tune model: skip building the model with defaults and with the records "
+                        "and timing both at the end")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(handler=run)
 
