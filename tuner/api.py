@@ -80,12 +80,9 @@ def workload(spec: str | Workload) -> Workload:
 
 
 def _threads(threads: int | None) -> int:
-    from tuner.target import usable_cores
+    from tuner.target import thread_count
 
-    n = usable_cores() if threads is None else threads
-    if not isinstance(n, int) or n < 1 or n > usable_cores():
-        raise UsageError(f"threads={n!r}: this machine allows 1..{usable_cores()}")
-    return n
+    return thread_count(threads, "threads=")
 
 
 def tune(spec: str | Workload, *, trials: int = 64, strategy: str = "model",

@@ -124,6 +124,18 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def thread_count(threads: int | None, label: str = "threads=") -> int:
+    """``threads`` checked against this machine (None: every usable core); one UsageError line
+    naming the option as the caller spells it (``threads=`` in Python, ``--threads `` on the
+    command line)."""
+    from workloads.errors import UsageError
+
+    n = usable_cores() if threads is None else threads
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1 or n > usable_cores():
+        raise UsageError(f"{label}{n!r}: this machine allows 1..{usable_cores()}")
+    return n
+
+
 def busy_cpus(interval: float = 0.3) -> float | None:
     """CPUs' worth of work running right now on the whole machine (all processes), from two
     reads of /proc/stat ``interval`` seconds apart; None where there is no /proc/stat. Unlike

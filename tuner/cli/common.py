@@ -25,13 +25,9 @@ def add_threads_arg(p: argparse.ArgumentParser) -> None:
 
 
 def threads_of(args) -> int:
-    from workloads.errors import UsageError
-    from tuner.target import usable_cores
+    from tuner.target import thread_count
 
-    n = args.threads if args.threads is not None else usable_cores()
-    if n < 1 or n > usable_cores():
-        raise UsageError(f"--threads {n}: this machine allows 1..{usable_cores()}")
-    return n
+    return thread_count(args.threads, "--threads ")
 
 
 def workload_of(args):
