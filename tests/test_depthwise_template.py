@@ -29,7 +29,7 @@ def dw_workload(C, H, W, mult=1, k=3, s=1, pad=1, epilogue="residual", level=2, 
     elif epilogue == "sigmoid":
         y = b.op("sigmoid", y)
     g = optimize(b.build(y), opt_level=level)
-    (w,) = [workload_for_group(n) for n in fused_groups(g)]
+    (w,) = [w for w in map(workload_for_group, fused_groups(g)) if w.anchor == "conv2d"]
     return w
 
 
@@ -109,13 +109,20 @@ def test_invalid_configs_are_refused():
 def test_source_is_printable_and_vectorised():
     t = get_template("depthwise_conv2d")
     w = dw_workload(8, 9, 11)
-    cfg = t.default_config(w, 2)
+    cfg = t.default_config(w, 2).replace(threads=2)
     src = t.codegen(w, cfg)
     compile(src, "<depthwise>", "exec")
     assert "vfma(wv, vload(P," in src and "prange(THREADS)" in src
     assert "relu" in src and "vstore(Cf" in src
     s2 = t.codegen(dw_workload(8, 9, 11, s=2), t.default_config(dw_workload(8, 9, 11, s=2), 1))
     assert "vload_s2(P," in s2 and "prange(" not in s2
+
+
+def test_default_threads_only_for_large_convs():
+    t = get_template("depthwise_conv2d")
+    assert t.default_config(dw_workload(8, 9, 11), 2)["threads"] == 1
+    assert t.default_config(dw_workload(64, 64, 64), 2)["threads"] == 2
+    assert t.default_config(dw_workload(64, 64, 64), 1)["threads"] == 1
 
 
 def test_unsupported_depthwise_shapes_raise():
@@ -144,5 +151,5 @@ def test_domain_features():
     t = get_template("depthwise_conv2d")
     w = dw_workload(8, 14, 14)
     fn = feature_function("depthwise_conv2d")
-    f = fn(w.params(), dict(t.default_config(w, 2)))
+    f = fn(w.params(), dict(t.default_config(w, 2).replace(threads=2)))
     assert f["dw_window"] == 9 and 0 < f["dw_col_efficiency"] <= 1 and f["dw_threads"] == 2
