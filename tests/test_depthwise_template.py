@@ -153,3 +153,24 @@ def test_domain_features():
     fn = feature_function("depthwise_conv2d")
     f = fn(w.params(), dict(t.default_config(w, 2).replace(threads=2)))
     assert f["dw_window"] == 9 and 0 < f["dw_col_efficiency"] <= 1 and f["dw_threads"] == 2
+
+
+def test_show_prints_a_fused_groups_source_from_its_key():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    w = dw_workload(8, 9, 11)
+    root = Path(__file__).resolve().parent.parent
+
+    def show(*args):
+        return subprocess.run([sys.executable, "-m", "tuner", "show", *args], capture_output=True,
+                              text=True, cwd=root, timeout=300)
+    r = show(w.key, "--threads", "1")
+    assert r.returncode == 0, r.stderr
+    assert "def plane(" in r.stdout and r.stdout.startswith("# default config:")
+    r = show(w.key, "--space")
+    assert r.returncode == 0 and "unroll" in r.stdout and "constraint: registers" in r.stdout
+    bad = show("depthwise_conv2d:{\"bad")
+    assert bad.returncode == 2 and bad.stderr.startswith("error:") and "Traceback" not in bad.stderr
+    assert show(w.key, "--shape", "1x2x3").returncode == 2
