@@ -167,3 +167,13 @@ def test_depthwise_and_nhwc_grouped_convs_are_not_conv2d_gemms():
     if w.geometry["data_layout"] == "NHWC":   # the O3 pipeline's layout
         with pytest.raises(InstantiationError, match="NCHW/OIHW only"):
             get_template("conv2d").codegen(w, get_template("conv2d").default_config(w, 1))
+
+
+def test_grouped_conv_features():
+    from search_spaces.templates.features import bind
+
+    t = get_template("conv2d")
+    w = grouped_workload(8, 9, 12, 1, 1, 4)
+    f = bind("conv2d", w.params())(t.default_config(w, 1))
+    assert f["conv_groups"] == 2.0 and f["conv_pointwise"] == 1.0
+    assert abs(f["conv_im2col_expansion"]) < 1e-9   # a pointwise group's B is its channels in place

@@ -301,7 +301,8 @@ def conv2d_features(params: Mapping, config: Mapping, caches: Mapping | None = N
     """conv2d as the implicit GEMM its template computes (``Conv2dTemplate.plan``): the GEMM
     features of (M, N, K) with the template's fixed choices (LLVM-vector micro-kernel,
     register write cache), plus the convolution's own: window, stride, the im2col expansion
-    of the packed operand, images per call, and whether the image is read in place."""
+    of the packed operand, images per call, groups (one GEMM each), and whether the image is
+    read in place."""
     from search_spaces.templates.features import _log2, gemm_features
     from workloads.fused import Conv2dGroup
 
@@ -309,12 +310,13 @@ def conv2d_features(params: Mapping, config: Mapping, caches: Mapping | None = N
     pl, g = Conv2dTemplate.plan(w), w.geometry
     gemm_cfg = {"microkernel": "intrinsic", "write_cache": True, "unroll_k": 1, **config}
     f = gemm_features({"M": pl["M"], "N": pl["N"], "K": pl["K"], "dtype": w.dtype}, gemm_cfg, caches)
-    image = g["C"] * g["H"] * g["W"]
+    image = g["C"] // pl["groups"] * g["H"] * g["W"]   # one group's channels
     f.update({
         "conv_window": float(g["KH"] * g["KW"]), "conv_stride": float(g["SH"] * g["SW"]),
         "conv_pointwise": float(pl["pointwise"]), "conv_nhwc": float(pl["layout"] == "NHWC"),
         "conv_im2col_expansion": _log2(pl["K"] * (pl["M"] if pl["layout"] == "NHWC" else pl["N"])
                                        / max(1, image)),
         "conv_images": _log2(pl["batches"]),
+        "conv_groups": _log2(pl["groups"]),   # GEMMs of this shape per image
     })
     return f
