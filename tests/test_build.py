@@ -250,8 +250,8 @@ def test_concat_inputs_are_computed_in_place(tmp_path):
 
 
 def test_array_code_kernels_are_named_in_the_summary(tmp_path):
-    """A group only the injective template's ``numpy`` formulation computes (a transpose with
-    a parameter added after it) is a generated kernel, and the summary line says it is
+    """A group only the injective template's ``numpy`` formulation computes (an elementwise
+    op between two transposes) is a generated kernel, and the summary line says it is
     NumPy array code."""
     from workloads.graph import GraphBuilder
 

@@ -91,10 +91,28 @@ def test_affine_compression():
     assert _affine(np.array([0, 2, 1, 3, 5, 4])) is None
 
 
-def test_groups_with_parameters_in_the_elementwise_part_are_not_gathered():
+def test_elementwise_ops_before_the_movement_are_not_gathered():
+    """Only elementwise ops after the movement are fused into the copy loops; this group is
+    left to the numpy formulation (and a build names it as array code)."""
     def build(b):
-        y = b.op("transpose", b.input("x", (2, 3)), axes=[1, 0])
+        y = b.op("transpose", b.op("exp", b.input("x", (2, 3))), axes=[1, 0])
         return b.op("add", y, b.input("r", (3, 2)))
     w = group_of(build)
     assert not gather_ok(w)
     assert "gather" not in get_template("injective").space(w).knob("formulation").values
+
+
+def test_gather_with_broadcast_operands_after_the_movement():
+    """DenseNet's concatenate -> per-channel scale -> shift -> relu, and a full residual."""
+    def build(b):
+        a, c = b.input("a", (1, 5, 3, 4)), b.input("c", (1, 3, 3, 4))
+        y = b.op("multiply", b.op("concatenate", a, c, axis=1), b.input("s", (8, 1, 1)))
+        y = b.op("add", b.input("t", (8, 1, 1)), y)
+        y = b.op("subtract", y, b.input("r", (1, 8, 3, 4)))
+        return b.op("relu", b.op("add", y, b.input("u", (4,))))
+    w = group_of(build)
+    t = get_template("injective")
+    assert t.space(w).knob("formulation").values == ("gather", "numpy")
+    src = t.codegen(w, t.default_config(w))
+    assert "// 12) % 8]" not in src and "(o // 12)]" in src   # per-channel: one division
+    assert check(w, t.default_config(w)) is None

@@ -6,8 +6,9 @@ Formulations (knob ``formulation``):
   the output; every member op is a scalar expression of the element, each parameter read
   through its broadcast strides (0 on broadcast dims), so nothing is materialised and the
   inner loop vectorises. ``parallel`` runs the outermost loop with ``prange``.
-- ``gather``: (data movement -- reshape, transpose, concatenate ... -- then optional unary
-  elementwise ops, e.g. a channel shuffle or ``concatenate -> relu``) copy loops over the
+- ``gather``: (data movement -- reshape, transpose, concatenate ... -- then optional
+  elementwise ops with broadcast parameters, e.g. a channel shuffle, ``concatenate -> relu``,
+  ``concatenate -> multiply -> add -> relu``) copy loops over the
   movement's affine index map, one loop nest per contiguous output segment
   (``search_spaces.templates.injective_gather``); ``parallel`` as for ``loops``.
 - ``numpy``: every member op as a NumPy array expression compiled by Numba (reshape,

@@ -1,27 +1,29 @@
 """The ``gather`` formulation of the injective template: data movement as copy loops.
 
 A group whose ops are data movement (reshape, flatten, expand_dims, squeeze, transpose,
-layout_transform, concatenate) followed by an optional chain of unary elementwise ops (relu,
-clip, sigmoid, ...) on the result — ShuffleNet's channel shuffle ``reshape -> transpose ->
-reshape``, ``concatenate -> relu`` — writes every output element from exactly one element of
-one parameter. The map is found at generation time by running the movement ops on arrays of
+layout_transform, concatenate) followed by an optional chain of elementwise ops on the result
+(relu, clip, sigmoid, ..., and binary ops whose other operand is a parameter broadcast to the
+output, e.g. a per-channel scale and shift) -- ShuffleNet's channel shuffle ``reshape ->
+transpose -> reshape``, ``concatenate -> relu``, DenseNet's ``concatenate -> multiply -> add
+-> relu`` -- computes every output element from exactly one element of one moved
+parameter. The map is found at generation time by running the movement ops on arrays of
 element *codes* (parameter, flat index), then compressed into segments: maximal runs of the
 output (flat order) read from one parameter through an affine index ``base + sum(i_d *
 stride_d)`` over a small loop nest. The kernel is those loop nests: contiguous output, strided
-input (a channel shuffle's inner loop is a whole contiguous H*W plane), with the unary chain
-applied on the way; nothing is materialised. Groups whose map does not compress into a few
-segments are left to the other formulations.
+input (a channel shuffle's inner loop is a whole contiguous H*W plane), with the elementwise
+chain applied on the way (broadcast operands indexed from the flat output index); nothing is
+materialised. Groups whose map does not compress into a few segments are left to the other
+formulations.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from search_spaces.epilogue import scalar_op
+from search_spaces.epilogue import ELEMENTWISE_OPS, effective_shape, scalar_op
 from workloads.errors import InstantiationError
 
 MOVEMENT_OPS = ("reshape", "flatten", "expand_dims", "squeeze", "transpose", "layout_transform",
                 "concatenate")
-UNARY_OPS = ("relu", "clip", "sigmoid", "tanh", "sqrt", "exp", "negative", "dropout")
 MAX_SEGMENTS = 64
 
 
@@ -54,7 +56,8 @@ def _affine(idx: np.ndarray) -> list[tuple[int, int]] | None:
 
 
 def gather_plan(w) -> dict:
-    """{'segments': [(param, out_start, in_base, dims)], 'unary': [body nodes]} or raises."""
+    """{'segments': [(param, out_start, in_base, dims)], 'chain': [(body node, operand
+    position, [(input position, param index, shape right-aligned to the output)])]} or raises."""
     from workloads.graph.ops import get_op
 
     body = w.body
@@ -63,13 +66,28 @@ def gather_plan(w) -> dict:
     if not ops:
         raise InstantiationError("empty group")
     movement = [n for n in ops if n.op in MOVEMENT_OPS]
-    unary = ops[len(movement):]
     if ops[:len(movement)] != movement or not movement:
-        raise InstantiationError("gather: not data movement followed by unary ops")
+        raise InstantiationError("gather: not data movement followed by elementwise ops")
+    rank = len(w.out_shape)
     prev = movement[-1].name
-    for n in unary:
-        if n.op not in UNARY_OPS or list(n.inputs) != [prev]:
-            raise InstantiationError(f"gather: {n.op} is not a unary op on the moved result")
+    chain = []
+    for n in ops[len(movement):]:
+        if n.op not in ELEMENTWISE_OPS or list(n.inputs).count(prev) != 1 \
+                or n.op == "divide" and not w.dtype.startswith("float"):
+            raise InstantiationError(f"gather: {n.op} is not an elementwise op on the moved result")
+        others = []
+        for pos, i in enumerate(n.inputs):
+            if i == prev:
+                continue
+            if i not in params:
+                raise InstantiationError(f"gather: {n.op} reads a computed value besides the moved one")
+            shape = effective_shape({"op": n.op, "attrs": dict(n.attrs)}, pos,
+                                    list(body.type_of(i).shape), rank)
+            if len(shape) != rank or any(a not in (1, o) for a, o in zip(shape, w.out_shape)):
+                raise InstantiationError(f"gather: operand {list(shape)} of {n.op} does not "
+                                         f"broadcast to {list(w.out_shape)}")
+            others.append((pos, params[i], shape))
+        chain.append((n, list(n.inputs).index(prev), others))
         prev = n.name
     if body.outputs[0] != prev:
         raise InstantiationError("gather: the group's output is not its last op")
@@ -100,7 +118,23 @@ def gather_plan(w) -> dict:
         if dims is None:
             raise InstantiationError("gather: a segment's index map is not affine")
         segments.append((k, int(a), int(idx[0]), dims))
-    return {"segments": segments, "unary": unary, "params": params}
+    return {"segments": segments, "chain": chain, "params": params}
+
+
+def broadcast_index(o: str, out_shape: tuple, shape: tuple) -> str:
+    """Flat index into an operand of ``shape`` (right-aligned, 1 on broadcast dims) of the
+    output element at flat index ``o``."""
+    if tuple(shape) == tuple(out_shape):
+        return o
+    terms, ostride, pstride = [], 1, 1
+    for d in reversed(range(len(out_shape))):
+        if shape[d] > 1:
+            q = f"{o} // {ostride}" if ostride != 1 else o
+            q = f"({q}) % {out_shape[d]}" if d > 0 and any(x > 1 for x in out_shape[:d]) else q
+            terms.append(f"({q}) * {pstride}" if pstride != 1 else f"({q})")
+            pstride *= shape[d]
+        ostride *= out_shape[d]
+    return " + ".join(reversed(terms)) or "0"
 
 
 def gather_ok(w) -> bool:
@@ -131,8 +165,13 @@ def gather_source(w, threads: int) -> list[str]:
             o_terms.append(f"j{d} * {ostride}" if ostride != 1 else f"j{d}")
             if s:
                 i_terms.append(f"j{d} * {s}" if s != 1 else f"j{d}")
+        lines.append(f"{ind}o = {' + '.join(o_terms)}")
         lines.append(f"{ind}v = e{k}[{' + '.join(i_terms)}]")
-        for n in plan["unary"]:
-            lines.append(f"{ind}v = {scalar_op(n.op, dict(n.attrs), ['v'], w.dtype)}   # {n.op}")
-        lines.append(f"{ind}Cf[{' + '.join(o_terms)}] = v")
+        for n, at, others in plan["chain"]:
+            args = [""] * len(n.inputs)
+            args[at] = "v"
+            for pos, p, shape in others:
+                args[pos] = f"e{p}[{broadcast_index('o', tuple(w.out_shape), shape)}]"
+            lines.append(f"{ind}v = {scalar_op(n.op, dict(n.attrs), args, w.dtype)}   # {n.op}")
+        lines.append(f"{ind}Cf[o] = v")
     return lines
