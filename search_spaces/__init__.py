@@ -20,6 +20,7 @@ REGISTRY: dict[str, str] = {
     "gemm": "search_spaces.templates.gemm:GemmTemplate",
     "gemm_int8": "search_spaces.templates.gemm_int8:GemmInt8Template",
     "conv2d": "search_spaces.templates.conv2d:Conv2dTemplate",
+    "depthwise_conv2d": "search_spaces.templates.depthwise_conv2d:DepthwiseConv2dTemplate",
     "dense": "search_spaces.templates.dense:DenseTemplate",
     "injective": "search_spaces.templates.injective:InjectiveTemplate",
     "fixed": "search_spaces.templates.fixed:FixedTemplate",

@@ -247,3 +247,24 @@ def test_concat_inputs_are_computed_in_place(tmp_path):
         expected = execute(g, x)[0]
         np.testing.assert_allclose(m.run(x)[0], expected, rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(copy.run(x)[0], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_array_code_kernels_are_named_in_the_summary(tmp_path):
+    """A group only the injective template's ``numpy`` formulation computes (an elementwise
+    op between two transposes) is a generated kernel, and the summary line says it is
+    NumPy array code."""
+    from workloads.graph import GraphBuilder
+
+    b = GraphBuilder("g")
+    x = b.input("x", (1, 6, 4, 5))
+    sh = b.op("reshape", b.op("transpose", b.op("reshape", x, newshape=[1, 2, 3, 4, 5]),
+                              axes=[0, 2, 1, 3, 4]), newshape=[1, 6, 4, 5])
+    y = b.op("add", b.op("transpose", b.op("exp", sh), axes=[0, 1, 3, 2]), b.input("r", (1, 6, 5, 4)))
+    g = b.build(y)
+    m = tuner.build(g, threads=1, db=f"sqlite:///{tmp_path / 't.db'}")
+    forms = sorted((s.config or {}).get("formulation", "") for s in m.steps if s.kind == "injective")
+    assert forms == ["numpy"], forms
+    assert m.summary.array_code == 1 and m.summary.counts["numpy"] == 0
+    assert "0 numpy (+1 generated as NumPy array code)" in m.summary.line()
+    xs = random_inputs(g, seed=1)
+    np.testing.assert_allclose(m.run(xs)[0], execute(g, xs)[0], rtol=1e-5, atol=1e-6)

@@ -106,15 +106,20 @@ def test_check_catches_wrong_and_unwritten_elements():
 
 
 def test_groups_that_are_not_conv_or_dense_become_fixed():
+    """Grouped convs are conv2d (more than one input channel per group) or depthwise_conv2d
+    (one); what no kind claims (batch_matmul) is fixed, and its template refuses it."""
     b = GraphBuilder("g")
     x = b.input("x", (1, 4, 6, 6))
     w = b.const(np.ones((4, 2, 3, 3), np.float32))
+    dw = b.const(np.ones((8, 1, 3, 3), np.float32))
     y = b.input("y", (2, 3, 5))
     z = b.input("z", (2, 5, 4))
-    g = optimize(b.build(b.op("conv2d", x, w, groups=2), b.op("batch_matmul", y, z)), opt_level=2)
-    assert [workload_for_group(n).kind for n in fused_groups(g)] == ["fixed", "fixed"]
+    g = optimize(b.build(b.op("conv2d", x, w, groups=2), b.op("conv2d", x, dw, groups=4),
+                         b.op("batch_matmul", y, z)), opt_level=2)
+    kinds = [workload_for_group(n).kind for n in fused_groups(g)]
+    assert kinds == ["conv2d", "depthwise_conv2d", "fixed"]
     with pytest.raises(InstantiationError):
-        get_template("fixed").codegen(workload_for_group(fused_groups(g)[0]), Config({"threads": 1}))
+        get_template("fixed").codegen(workload_for_group(fused_groups(g)[2]), Config({"threads": 1}))
 
 
 def test_bad_input_is_a_usage_error():

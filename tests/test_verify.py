@@ -1,7 +1,8 @@
 """``verify``: the built module against ONNX Runtime on the same (random) weights.
 
-SqueezeNet runs by default; ResNet-50, Inception v1 and VGG-19 compile many kernels on a
-cold cache (a minute or more each) and are marked slow: ``python -m pytest -m slow
+SqueezeNet, ResNet-50 at one thread, ShuffleNet and AlexNet (at 1 and 2 threads) run by
+default; Inception v1 and VGG-19 compile many kernels on a cold cache (a minute or more
+each) and are marked slow: ``python -m pytest -m slow
 tests/test_verify.py``."""
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def _errors(stdout: str) -> tuple[float, float]:
     return float(m.group(1)), float(m.group(2))
 
 
-def _check_light(name: str, tmp_path, *extra: str) -> None:
+def _check_light(name: str, tmp_path, *extra: str) -> str:
     r = _verify_cli(os.path.join(LIGHT, f"light_{name}.onnx"), "--random-weights", "7", *extra,
                     env={"TUNER_DB": f"sqlite:///{tmp_path / 't.db'}"})
     assert r.returncode == 0, r.stdout + r.stderr
@@ -45,6 +46,7 @@ def _check_light(name: str, tmp_path, *extra: str) -> None:
     abs_err, rel_err = _errors(r.stdout)
     assert abs_err < 1e-4 and np.isfinite(rel_err)
     print(f"{name}: max abs {abs_err:.3g}, max rel {rel_err:.3g}")
+    return r.stdout
 
 
 def test_verify_light_squeezenet(tmp_path):
@@ -55,6 +57,19 @@ def test_verify_light_resnet50_at_one_thread(tmp_path):
     """The real ResNet-50 architecture (random calibrated weights) against ONNX Runtime, in
     the default run: the smallest setting that is still the whole model."""
     _check_light("resnet50", tmp_path, "--threads", "1")
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("name", ["shufflenet", "bvlc_alexnet"])
+def test_verify_grouped_and_depthwise_models(name, threads, tmp_path):
+    """ShuffleNet (grouped 1x1 and depthwise 3x3 convs, channel shuffles, concatenate ->
+    relu) and AlexNet (grouped convs) at 1 and 2 threads, every group a generated kernel."""
+    from tuner.target import usable_cores
+
+    if int(threads) > usable_cores():
+        pytest.skip(f"needs {threads} usable cores, this machine has {usable_cores()}")
+    out = _check_light(name, tmp_path, "--threads", threads)
+    assert " 0 numpy;" in out.splitlines()[0], out.splitlines()[0]
 
 
 @pytest.mark.slow

@@ -17,12 +17,13 @@ from workloads.workload import Workload
 REGISTRY: dict[str, str] = {
     "gemm": "workloads.gemm:Gemm",
     "conv2d": "workloads.fused:Conv2dGroup",
+    "depthwise_conv2d": "workloads.fused:DepthwiseConv2dGroup",
     "dense": "workloads.fused:DenseGroup",
     "injective": "workloads.fused:InjectiveGroup",
     "fixed": "workloads.fused:FixedGroup",
 }
 # kinds made from fused groups, in the order kind_of asks them; (priority, kind)
-_GROUP_KINDS: list[tuple[int, str]] = [(0, "conv2d"), (0, "dense"), (0, "injective"), (-100, "fixed")]
+_GROUP_KINDS: list[tuple[int, str]] = [(0, "conv2d"), (0, "depthwise_conv2d"), (0, "dense"), (0, "injective"), (-100, "fixed")]
 _CLASSES: dict[str, type[Workload]] = {}
 
 

@@ -2,11 +2,13 @@
 
 Kinds (each registered in ``workloads.REGISTRY``):
 
-- ``conv2d``: a ``conv2d`` anchor (float, groups=1) with its elementwise epilogue;
+- ``conv2d``: a ``conv2d`` anchor (float; ungrouped or grouped with more than one input
+  channel per group) with its elementwise epilogue;
+- ``depthwise_conv2d``: a depthwise ``conv2d`` anchor (groups == input channels);
 - ``dense``: a ``dense`` (data[..., K] x weight[N, K]^T) or 2-D-weight ``matmul``
   (data[..., K] x weight[K, N]) anchor with its epilogue;
 - ``injective``: elementwise / broadcast / injective groups (chains or small DAGs);
-- ``fixed``: everything else (pools, softmax, lrn, grouped conv, batch_matmul ...).
+- ``fixed``: everything else (pools, softmax, lrn, batch_matmul ...).
 
 Parameters are the group description's canonical params (``GroupDescription.params()``: anchor,
 its attributes, input and output types, ordered epilogue), so the key is identical wherever the
@@ -204,6 +206,12 @@ _MOVEMENT = {"reshape", "flatten", "transpose", "layout_transform", "concatenate
              "squeeze", "dropout", "constant_of_shape"}
 
 
+def _channels(params: dict) -> int:
+    """Input channels of a conv2d group's data operand."""
+    xs = params["inputs"][params["anchor_inputs"][0]][0]
+    return xs[params["anchor_attrs"]["data_layout"].index("C")]
+
+
 @dataclass(frozen=True, eq=False)
 class Conv2dGroup(FusedWorkload):
     kind: ClassVar[str] = "conv2d"
@@ -211,8 +219,12 @@ class Conv2dGroup(FusedWorkload):
 
     @classmethod
     def claims_group(cls, params: dict) -> bool:
-        return (params["anchor"] == "conv2d" and params["anchor_attrs"].get("groups", 1) == 1
-                and params["output"][1] in FLOAT)
+        """Ungrouped and grouped convolutions with more than one input channel per group
+        (depthwise ones are ``DepthwiseConv2dGroup``'s)."""
+        if params["anchor"] != "conv2d" or params["output"][1] not in FLOAT:
+            return False
+        groups = params["anchor_attrs"].get("groups", 1)
+        return groups == 1 or _channels(params) // groups > 1
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -243,6 +255,21 @@ class Conv2dGroup(FusedWorkload):
     def flops(self) -> int:
         g = self.geometry
         return 2 * g["N"] * g["O"] * g["OH"] * g["OW"] * self.reduction_length() + self.epilogue_flops()
+
+
+@dataclass(frozen=True, eq=False)
+class DepthwiseConv2dGroup(Conv2dGroup):
+    """A depthwise conv2d (groups == input channels; O a multiple of C) with its epilogue."""
+
+    kind: ClassVar[str] = "depthwise_conv2d"
+    nominal_flops_rate: ClassVar[float] = 5e9
+
+    @classmethod
+    def claims_group(cls, params: dict) -> bool:
+        if params["anchor"] != "conv2d" or params["output"][1] not in FLOAT:
+            return False
+        groups = params["anchor_attrs"].get("groups", 1)
+        return groups > 1 and _channels(params) == groups
 
 
 @dataclass(frozen=True, eq=False)
@@ -302,7 +329,7 @@ class InjectiveGroup(FusedWorkload):
 
 @dataclass(frozen=True, eq=False)
 class FixedGroup(FusedWorkload):
-    """Everything no other kind claims (pools, softmax, lrn, grouped conv, batch_matmul, ...)."""
+    """Everything no other kind claims (pools, softmax, lrn, batch_matmul, non-float conv, ...)."""
 
     kind: ClassVar[str] = "fixed"
 

@@ -6,9 +6,15 @@ Formulations (knob ``formulation``):
   the output; every member op is a scalar expression of the element, each parameter read
   through its broadcast strides (0 on broadcast dims), so nothing is materialised and the
   inner loop vectorises. ``parallel`` runs the outermost loop with ``prange``.
+- ``gather``: (data movement -- reshape, transpose, concatenate ... -- then optional
+  elementwise ops with broadcast parameters, e.g. a channel shuffle, ``concatenate -> relu``,
+  ``concatenate -> multiply -> add -> relu``) copy loops over the
+  movement's affine index map, one loop nest per contiguous output segment
+  (``search_spaces.templates.injective_gather``); ``parallel`` as for ``loops``.
 - ``numpy``: every member op as a NumPy array expression compiled by Numba (reshape,
   transpose/layout_transform, concatenate, expand_dims, squeeze, flatten, constant_of_shape,
-  and the elementwise ops); always available, materialises intermediates.
+  and the elementwise ops); always available, materialises intermediates. It is array code
+  (NumPy's functions as Numba compiles them), so builds count and name kernels that use it.
 """
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ import json
 import math
 
 from search_spaces.epilogue import DTYPE_SRC, ELEMENTWISE_OPS, effective_shape, scalar_op
+from search_spaces.templates.injective_gather import gather_ok, gather_source
 from search_spaces.space import Config, ConfigSpace, Constraint, Knob
 from search_spaces.template import Template
 from workloads.errors import InstantiationError
@@ -85,19 +92,20 @@ def _array_op(n, args: list[str], types) -> str:
 
 class InjectiveTemplate(Template):
     name = "injective"
-    version = 1
+    version = 2
     workload_kind = "injective"
     entry = "kernel"
 
     def space(self, workload, max_threads: int = 1) -> ConfigSpace:
-        forms = ("loops", "numpy") if loops_ok(workload) else ("numpy",)
-        knobs = [Knob("formulation", forms, False, "one scalar loop nest, or NumPy array code"),
+        forms = ("loops",) if loops_ok(workload) else ("gather",) if gather_ok(workload) else ()
+        knobs = [Knob("formulation", forms + ("numpy",), False,
+                      "one scalar loop nest, copy loops over the index map, or NumPy array code"),
                  Knob("threads", tuple(range(1, max(1, max_threads) + 1)), True,
-                      "Numba threads (loops: prange over the outermost dimension)")]
+                      "Numba threads (loops, gather: prange over the outermost dimension)")]
 
         def threads(c):
-            if c["threads"] > 1 and c["formulation"] != "loops":
-                return "only the loops formulation runs in parallel"
+            if c["threads"] > 1 and c["formulation"] == "numpy":
+                return "the numpy formulation runs on one thread"
             return None
         return ConfigSpace(knobs, [Constraint("threads", threads)])
 
@@ -127,6 +135,12 @@ class InjectiveTemplate(Template):
             res = names[body.outputs[0]]
             lines.append(f"out.reshape(-1)[:] = np.ascontiguousarray({res}).reshape(-1)")
             kern = ["@numba.njit(cache=True)", f"def kernel({sig}):"] + ["    " + ln for ln in lines]
+            return "\n".join(head) + "\n\n\n" + "\n".join(kern) + "\n"
+        if c["formulation"] == "gather":
+            jit = "@numba.njit(cache=True" + (", parallel=True)" if c["threads"] > 1 else ")")
+            kern = [jit, f"def kernel({sig}):",
+                    '    """Copy loops over the index map, one loop nest per output segment."""']
+            kern += ["    " + ln for ln in gather_source(w, c["threads"])]
             return "\n".join(head) + "\n\n\n" + "\n".join(kern) + "\n"
         return "\n".join(head) + "\n\n\n" + "\n".join(self._loops(w, body, ops, c, sig)) + "\n"
 

@@ -7,7 +7,8 @@ import sys
 
 
 def add_workload_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("kind", metavar="KIND", help="workload kind (gemm)")
+    p.add_argument("kind", metavar="KIND", help="workload kind (gemm), or a workload key "
+                   "('kind:{json}', as `tasks --keys` prints) for a model's fused group")
     p.add_argument("--shape", help="GEMM shape MxNxK, e.g. 1024x1024x1024")
     p.add_argument("--dtype", default="float32",
                    help="float32 (default), float64, int32, or int8 (A uint8 x B int8 -> C int32; "
@@ -35,6 +36,10 @@ def workload_of(args):
     import workloads
     from workloads.errors import UsageError
 
+    if ":" in args.kind:   # a workload key: the shape is in it
+        if args.shape:
+            raise UsageError("a workload key carries its shapes; drop --shape")
+        return workloads.from_spec(args.kind)
     cls = workloads.workload_class(args.kind)
     if not args.shape:
         raise UsageError(f"{args.kind} needs --shape, e.g. --shape 1024x1024x1024")

@@ -11,6 +11,9 @@ For each fused group, in order:
    this target and thread count (``select_config``: "tuned"), or the announced fallback
    ("fallback"); ``fixed`` kernels (pools, softmax, LRN) have one config ("fixed");
    ``tuned=False`` uses every template's default (the untuned experiment);
+   Kernels on the injective template's ``numpy`` formulation (NumPy array functions compiled
+   by Numba) are counted as generated and also named in the summary line
+   (``+N generated as NumPy array code``);
 3. when the workload or the code cannot be made (an op no template generates) or the kernel
    does not compile, the group runs with the NumPy reference executor ("numpy") — counted in
    the summary and explained by ``--details``, never silent.
@@ -321,8 +324,12 @@ def build(graph: Graph, *, opt_level: int = 2, threads: int = 1, db: str | None 
     for s in steps:
         if s.source in counts:
             counts[s.source] += 1
+    # Kernels whose formulation is NumPy array code compiled by Numba (the injective
+    # template's ``numpy`` formulation) are generated, but named apart from loop kernels.
+    array_code = sum(1 for s in steps if s.source != "numpy" and s.source != "view"
+                     and (s.config or {}).get("formulation") == "numpy")
     summary = Summary(name, counts, len(views), plan.total_bytes, plan.naive_bytes, threads,
-                      opt_level, 0.0)
+                      opt_level, 0.0, array_code=array_code)
     module = Module(name, inputs, steps, outputs, summary, threads)
     if warmup:
         module.run([np.zeros(b.shape, b.dtype) for _, b in inputs], copy=False)

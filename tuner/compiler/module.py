@@ -46,6 +46,7 @@ class Summary:
     opt_level: int
     build_seconds: float
     compile_seconds: float = 0.0
+    array_code: int = 0   # generated kernels whose config is NumPy array code (not loops)
 
     @property
     def kernels(self) -> int:
@@ -56,7 +57,9 @@ class Summary:
         n = self.views
         views = f" (+{n} reshape/concat group{'s' if n != 1 else ''} run in place)" if n else ""
         return (f"built {self.name}: {self.kernels} kernels{views}: {c['tuned']} tuned, "
-                f"{c['fallback']} fallback configs, {c['fixed']} fixed, {c['numpy']} numpy; "
+                f"{c['fallback']} fallback configs, {c['fixed']} fixed, {c['numpy']} numpy"
+                + (f" (+{self.array_code} generated as NumPy array code)" if self.array_code else "")
+                + "; "
                 f"details: python -m tuner build {model} --details")
 
 

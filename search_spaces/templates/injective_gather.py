@@ -1,0 +1,177 @@
+"""The ``gather`` formulation of the injective template: data movement as copy loops.
+
+A group whose ops are data movement (reshape, flatten, expand_dims, squeeze, transpose,
+layout_transform, concatenate) followed by an optional chain of elementwise ops on the result
+(relu, clip, sigmoid, ..., and binary ops whose other operand is a parameter broadcast to the
+output, e.g. a per-channel scale and shift) -- ShuffleNet's channel shuffle ``reshape ->
+transpose -> reshape``, ``concatenate -> relu``, DenseNet's ``concatenate -> multiply -> add
+-> relu`` -- computes every output element from exactly one element of one moved
+parameter. The map is found at generation time by running the movement ops on arrays of
+element *codes* (parameter, flat index), then compressed into segments: maximal runs of the
+output (flat order) read from one parameter through an affine index ``base + sum(i_d *
+stride_d)`` over a small loop nest. The kernel is those loop nests: contiguous output, strided
+input (a channel shuffle's inner loop is a whole contiguous H*W plane), with the elementwise
+chain applied on the way (broadcast operands indexed from the flat output index); nothing is
+materialised. Groups whose map does not compress into a few segments are left to the other
+formulations.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from search_spaces.epilogue import ELEMENTWISE_OPS, effective_shape, scalar_op
+from workloads.errors import InstantiationError
+
+MOVEMENT_OPS = ("reshape", "flatten", "expand_dims", "squeeze", "transpose", "layout_transform",
+                "concatenate")
+MAX_SEGMENTS = 64
+
+
+def _affine(idx: np.ndarray) -> list[tuple[int, int]] | None:
+    """(extent, stride) dims, innermost first, with ``idx[flat] = idx[0] + sum(i_d * stride_d)``
+    over the row-major loop nest of those extents; None when no such nest exists."""
+    size = len(idx)
+    dims: list[tuple[int, int]] = []
+    block = 1
+    while block < size:
+        stride = int(idx[block] - idx[0])
+        base = idx[:block]
+        e = 1
+        while block * (e + 1) <= size and np.array_equal(idx[e * block:(e + 1) * block],
+                                                         base + e * stride):
+            e += 1
+        while (size // block) % e:   # the extent must divide what is left
+            e -= 1
+        if e == 1:
+            return None
+        dims.append((e, stride))
+        block *= e
+    if not dims:
+        dims = [(1, 0)]
+    # verify the whole map
+    rebuilt = np.zeros(1, np.int64)
+    for e, s in dims:
+        rebuilt = (np.arange(e, dtype=np.int64)[:, None] * s + rebuilt[None, :]).reshape(-1)
+    return dims if np.array_equal(rebuilt + idx[0], idx) else None
+
+
+def gather_plan(w) -> dict:
+    """{'segments': [(param, out_start, in_base, dims)], 'chain': [(body node, operand
+    position, [(input position, param index, shape right-aligned to the output)])]} or raises."""
+    from workloads.graph.ops import get_op
+
+    body = w.body
+    params = {p.name: k for k, p in enumerate(body.inputs)}
+    ops = [n for n in body.nodes if n.is_compute]
+    if not ops:
+        raise InstantiationError("empty group")
+    movement = [n for n in ops if n.op in MOVEMENT_OPS]
+    if ops[:len(movement)] != movement or not movement:
+        raise InstantiationError("gather: not data movement followed by elementwise ops")
+    rank = len(w.out_shape)
+    prev = movement[-1].name
+    chain = []
+    for n in ops[len(movement):]:
+        if n.op not in ELEMENTWISE_OPS or list(n.inputs).count(prev) != 1 \
+                or n.op == "divide" and not w.dtype.startswith("float"):
+            raise InstantiationError(f"gather: {n.op} is not an elementwise op on the moved result")
+        others = []
+        for pos, i in enumerate(n.inputs):
+            if i == prev:
+                continue
+            if i not in params:
+                raise InstantiationError(f"gather: {n.op} reads a computed value besides the moved one")
+            shape = effective_shape({"op": n.op, "attrs": dict(n.attrs)}, pos,
+                                    list(body.type_of(i).shape), rank)
+            if len(shape) != rank or any(a not in (1, o) for a, o in zip(shape, w.out_shape)):
+                raise InstantiationError(f"gather: operand {list(shape)} of {n.op} does not "
+                                         f"broadcast to {list(w.out_shape)}")
+            others.append((pos, params[i], shape))
+        chain.append((n, list(n.inputs).index(prev), others))
+        prev = n.name
+    if body.outputs[0] != prev:
+        raise InstantiationError("gather: the group's output is not its last op")
+    sizes = [int(np.prod(p.type.shape)) for p in body.inputs]
+    offset = np.cumsum([0] + sizes)
+    vals = {p.name: (offset[k] + np.arange(sizes[k], dtype=np.int64)).reshape(p.type.shape)
+            for k, p in enumerate(body.inputs)}
+    for n in movement:
+        if any(i not in vals for i in n.inputs):
+            raise InstantiationError(f"gather: {n.op} reads a value that is not moved data")
+        op = get_op(n.op)
+        vals[n.name] = np.asarray(op.compute([vals[i] for i in n.inputs], n.attrs))
+    codes = np.ascontiguousarray(vals[movement[-1].name]).reshape(-1)
+    if codes.size != int(np.prod(w.out_shape)) or len(np.unique(codes)) != codes.size \
+            and len(body.inputs) > 1 and False:
+        raise InstantiationError("gather: output size mismatch")
+    src = np.searchsorted(offset, codes, side="right") - 1
+    cuts = np.flatnonzero(np.diff(src)) + 1
+    starts = np.concatenate([[0], cuts])
+    ends = np.concatenate([cuts, [codes.size]])
+    if len(starts) > MAX_SEGMENTS:
+        raise InstantiationError(f"gather: {len(starts)} segments (> {MAX_SEGMENTS})")
+    segments = []
+    for a, b in zip(starts, ends):
+        k = int(src[a])
+        idx = codes[a:b] - offset[k]
+        dims = _affine(idx)
+        if dims is None:
+            raise InstantiationError("gather: a segment's index map is not affine")
+        segments.append((k, int(a), int(idx[0]), dims))
+    return {"segments": segments, "chain": chain, "params": params}
+
+
+def broadcast_index(o: str, out_shape: tuple, shape: tuple) -> str:
+    """Flat index into an operand of ``shape`` (right-aligned, 1 on broadcast dims) of the
+    output element at flat index ``o``."""
+    if tuple(shape) == tuple(out_shape):
+        return o
+    terms, ostride, pstride = [], 1, 1
+    for d in reversed(range(len(out_shape))):
+        if shape[d] > 1:
+            q = f"{o} // {ostride}" if ostride != 1 else o
+            q = f"({q}) % {out_shape[d]}" if d > 0 and any(x > 1 for x in out_shape[:d]) else q
+            terms.append(f"({q}) * {pstride}" if pstride != 1 else f"({q})")
+            pstride *= shape[d]
+        ostride *= out_shape[d]
+    return " + ".join(reversed(terms)) or "0"
+
+
+def gather_ok(w) -> bool:
+    try:
+        gather_plan(w)
+    except InstantiationError:
+        return False
+    return True
+
+
+def gather_source(w, threads: int) -> list[str]:
+    """The kernel's body lines (after the ``def``): one loop nest per segment."""
+    plan = gather_plan(w)
+    nparams = len(w.input_specs())
+    lines = [f"e{k} = p{k}.reshape(-1)" for k in range(nparams)] + ["Cf = out.reshape(-1)"]
+    for k, start, base, dims in plan["segments"]:
+        outer = list(reversed(dims))   # outermost first
+        lines.append(f"# output [{start}, {start + int(np.prod([e for e, _ in dims]))}) from p{k}: "
+                     + " x ".join(f"{e} (stride {s})" for e, s in outer))
+        ind = ""
+        o_terms, i_terms = [str(start)], [str(base)]
+        ostride = int(np.prod([e for e, _ in dims]))
+        for d, (e, s) in enumerate(outer):
+            ostride //= e
+            rng = f"prange({e})" if d == 0 and threads > 1 else f"range({e})"
+            lines.append(f"{ind}for j{d} in {rng}:")
+            ind += "    "
+            o_terms.append(f"j{d} * {ostride}" if ostride != 1 else f"j{d}")
+            if s:
+                i_terms.append(f"j{d} * {s}" if s != 1 else f"j{d}")
+        lines.append(f"{ind}o = {' + '.join(o_terms)}")
+        lines.append(f"{ind}v = e{k}[{' + '.join(i_terms)}]")
+        for n, at, others in plan["chain"]:
+            args = [""] * len(n.inputs)
+            args[at] = "v"
+            for pos, p, shape in others:
+                args[pos] = f"e{p}[{broadcast_index('o', tuple(w.out_shape), shape)}]"
+            lines.append(f"{ind}v = {scalar_op(n.op, dict(n.attrs), args, w.dtype)}   # {n.op}")
+        lines.append(f"{ind}Cf[o] = v")
+    return lines

@@ -1,0 +1,118 @@
+"""The injective template's gather formulation: channel shuffles, concatenations with a
+unary chain, permutations through reshapes, against the group reference; groups it cannot
+express stay with the other formulations."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from search_spaces import get_template
+from search_spaces.space import Config
+from search_spaces.templates.injective_gather import _affine, gather_ok, gather_plan
+from tuner.dispatch import load_kernel
+from workloads.fused import workload_for_group
+from workloads.graph import GraphBuilder
+from workloads.graph.fusion import fused_groups
+from workloads.graph.passes import optimize
+
+
+def group_of(build, level=2):
+    b = GraphBuilder("g")
+    y = build(b)
+    ws = [workload_for_group(n) for n in fused_groups(optimize(b.build(y), opt_level=level))]
+    (w,) = [w for w in ws if w.kind == "injective"]
+    return w
+
+
+def shuffle(N, C, H, W, groups):
+    def build(b):
+        x = b.input("x", (N, C, H, W))
+        y = b.op("reshape", x, newshape=[N, groups, C // groups, H, W])
+        y = b.op("transpose", y, axes=[0, 2, 1, 3, 4])
+        return b.op("reshape", y, newshape=[N, C, H, W])
+    return build
+
+
+def check(w, cfg):
+    fn = load_kernel(w, get_template("injective"), cfg)
+    x, out = w.make_inputs(), w.make_outputs()
+    out[0][...] = np.nan
+    fn(*x, *out)
+    return w.check(x, out, w.reference(x))
+
+
+def movement_groups():
+    def concat_relu(b):
+        a, c = b.input("a", (1, 6, 5, 7)), b.input("c", (1, 4, 5, 7))
+        return b.op("relu", b.op("concatenate", a, c, axis=1))
+
+    def concat_batch(b):   # concatenation inside each image: 2 x 2 segments
+        a, c = b.input("a", (2, 3, 4)), b.input("c", (2, 5, 4))
+        return b.op("clip", b.op("concatenate", a, c, axis=1), a_min=0.5, a_max=2.0)
+
+    def transpose_3d(b):
+        x = b.op("transpose", b.input("x", (3, 4, 5)), axes=[2, 0, 1])
+        return b.op("sigmoid", b.op("tanh", x))
+    return {"shuffle": shuffle(1, 12, 5, 6, 3), "shuffle_batch2": shuffle(2, 8, 3, 3, 4),
+            "concat_relu": concat_relu, "concat_batch": concat_batch, "transpose_3d": transpose_3d}
+
+
+@pytest.mark.parametrize("name", list(movement_groups()))
+def test_gather_matches_the_reference(name):
+    w = group_of(movement_groups()[name])
+    t = get_template("injective")
+    sp = t.space(w, 2)
+    assert sp.knob("formulation").values == ("gather", "numpy"), [n.op for n in w.body.nodes]
+    assert t.default_config(w, 2)["formulation"] == "gather"
+    cfgs = [Config({"formulation": "gather", "threads": 1})]
+    if name == "shuffle":   # parallel loops, and the array-code formulation agrees
+        cfgs += [Config({"formulation": "gather", "threads": 2}),
+                 Config({"formulation": "numpy", "threads": 1})]
+    for cfg in cfgs:
+        assert sp.is_valid(cfg)
+        assert check(w, cfg) is None, cfg
+    src = t.codegen(w, Config({"formulation": "gather", "threads": 1}))
+    compile(src, "<gather>", "exec")
+    assert "np.transpose" not in src and "np.concatenate" not in src
+
+
+def test_channel_shuffle_is_a_plane_copy_per_channel():
+    """4 x 3 channels of 5 x 6: one segment, inner loop a contiguous 30-element plane."""
+    w = group_of(shuffle(1, 12, 5, 6, 3))
+    (seg,) = gather_plan(w)["segments"]
+    k, start, base, dims = seg
+    assert (start, base) == (0, 0)
+    assert dims == [(30, 1), (3, 4 * 30), (4, 30)]
+
+
+def test_affine_compression():
+    assert _affine(np.arange(12)) == [(12, 1)]
+    assert _affine(np.arange(12).reshape(3, 4).T.reshape(-1)) == [(3, 4), (4, 1)]
+    assert _affine(np.array([0, 2, 1, 3, 5, 4])) is None
+
+
+def test_elementwise_ops_before_the_movement_are_not_gathered():
+    """Only elementwise ops after the movement are fused into the copy loops; this group is
+    left to the numpy formulation (and a build names it as array code)."""
+    def build(b):
+        y = b.op("transpose", b.op("exp", b.input("x", (2, 3))), axes=[1, 0])
+        return b.op("add", y, b.input("r", (3, 2)))
+    w = group_of(build)
+    assert not gather_ok(w)
+    assert "gather" not in get_template("injective").space(w).knob("formulation").values
+
+
+def test_gather_with_broadcast_operands_after_the_movement():
+    """DenseNet's concatenate -> per-channel scale -> shift -> relu, and a full residual."""
+    def build(b):
+        a, c = b.input("a", (1, 5, 3, 4)), b.input("c", (1, 3, 3, 4))
+        y = b.op("multiply", b.op("concatenate", a, c, axis=1), b.input("s", (8, 1, 1)))
+        y = b.op("add", b.input("t", (8, 1, 1)), y)
+        y = b.op("subtract", y, b.input("r", (1, 8, 3, 4)))
+        return b.op("relu", b.op("add", y, b.input("u", (4,))))
+    w = group_of(build)
+    t = get_template("injective")
+    assert t.space(w).knob("formulation").values == ("gather", "numpy")
+    src = t.codegen(w, t.default_config(w))
+    assert "// 12) % 8]" not in src and "(o // 12)]" in src   # per-channel: one division
+    assert check(w, t.default_config(w)) is None
