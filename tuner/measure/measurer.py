@@ -105,6 +105,10 @@ class Measurer:
         self._runner = Worker(f"run-{tag}", env, log_dir)
         # wall seconds spent building (parallel builds count once) and running, for reports
         self.wall = {"build": 0.0, "run": 0.0}
+        # compile once, measure many: the build reply of every module this measurer built
+        # (kernel path -> reply); a later config with the same source is not built again
+        self._built: dict[Path, dict] = {}
+        self.counts = {"compiled": 0, "measured": 0}   # modules built, configs run
 
     def close(self) -> None:
         for w in [*self._builders, self._runner]:
@@ -137,14 +141,15 @@ class Measurer:
             return None, MeasureResult(Status.COMPILE_ERROR, error=f"codegen failed: {type(exc).__name__}: {exc}")
         return write_source(source, self.cache, template), None
 
-    def _build(self, worker: Worker, workload, template, path: Path) -> dict:
-        req = {"path": str(path), "entry": template.entry,
+    def _build(self, worker: Worker, workload, template, path: Path, runtime_args: tuple) -> dict:
+        req = {"path": str(path), "entry": template.entry, "runtime_args": list(runtime_args),
                "arg_specs": workload.input_specs() + workload.output_specs()}
         return worker.call("build", req, self.opts.build_timeout)
 
     def _run(self, workload, template, config: Config, path: Path, cutoff_s: float | None) -> dict:
         o = self.opts
         req = {"path": str(path), "entry": template.entry, **workload_request(workload),
+               "runtime_args": list(template.runtime_args(workload, config)),
                "threads": template.threads(config), "warmup": o.warmup, "repeat": o.repeat,
                "min_repeat_ms": o.min_repeat_ms, "max_time_s": o.max_time_s, "check": o.check,
                "cutoff_s": cutoff_s, "placements": o.placements}
@@ -175,11 +180,17 @@ class Measurer:
                     i = pending.pop(0)
                 except IndexError:
                     return
-                builds[i] = self._build(worker, workload, template, paths[i])
+                builds[i] = self._build(worker, workload, template, paths[i],
+                                        template.runtime_args(workload, configs[i]))
 
-        # Identical sources (two configs generating the same code) are built once.
+        # Identical sources (two configs generating the same code: configs differing only in
+        # the template's runtime knobs, or knobs a formulation ignores) are built once, in
+        # this batch or any earlier one.
         for i in list(pending):
-            if paths[i] in seen_paths:
+            if paths[i] in self._built:
+                pending.remove(i)
+                builds[i] = self._built[paths[i]]
+            elif paths[i] in seen_paths:
                 pending.remove(i)
             else:
                 seen_paths[paths[i]] = i
@@ -189,6 +200,10 @@ class Measurer:
             list(pool.map(build_loop, self._builders[:n]))
         self.wall["build"] += time.perf_counter() - t0
         t0 = time.perf_counter()
+        for path, i in seen_paths.items():
+            self.counts["compiled"] += 1
+            if builds[i]["status"] == "OK":
+                self._built[path] = builds[i]
         for i in paths:
             if i not in builds:
                 builds[i] = builds[seen_paths[paths[i]]]
@@ -203,6 +218,7 @@ class Measurer:
                     err = "build: " + err
                 results[i] = MeasureResult(status, compile_time=ctime, error=err)
                 continue
+            self.counts["measured"] += 1
             r = self._run(workload, template, configs[i], paths[i], cutoff_s)
             status = Status(r["status"])
             err = r.get("error", "")

@@ -5,8 +5,9 @@ Two jobs, each a plain function of a request dict that returns a reply dict:
 - ``build``: import the generated module from its content-addressed file and compile its entry
   for the workload's argument types. Numba writes the machine code to its cache
   (``cache=True``), so the run worker loads it instead of compiling again.
-- ``run``: import the module (Numba cache hit), call once and check the answer against the
-  NumPy reference, then time it on ``placements`` sets of freshly allocated, differently
+- ``run``: import the module (Numba cache hit), bind the config's runtime arguments
+  (``runtime_args``: cache blocks, passed after the arrays), call once and check the answer
+  against the NumPy reference, then time it on ``placements`` sets of freshly allocated, differently
   placed inputs and outputs (``tuner.measure.placement``): per placement, check once, warm
   up, time samples of at least ``min_repeat_ms`` each. The reply's samples are the slowest
   placement's; every placement's median and the spread are in its info.
@@ -184,6 +185,7 @@ def build(req: dict) -> dict:
         if isinstance(fn, numba.core.dispatcher.Dispatcher):
             sig = tuple(numba.typeof(np.empty((1,) * len(shape), dtype=dtype))
                         for shape, dtype in req["arg_specs"])
+            sig += tuple(numba.typeof(a) for a in req.get("runtime_args", ()))
             fn.compile(sig)
     except Exception as exc:  # noqa: BLE001 - any failure of user code is a status
         return {"status": "COMPILE_ERROR", "error": _short_error(exc),
@@ -202,8 +204,11 @@ def run(req: dict) -> dict:
         return {"status": "RUNTIME_ERROR", "error": f"cannot use {threads} threads: {exc}"}
     w, inputs, expected = _workload(req)
     try:
+        from search_spaces.template import bind_runtime_args
+
         mod = _load_module(req["path"])
-        fn = getattr(mod, req.get("entry", "kernel"))
+        compiled = getattr(mod, req.get("entry", "kernel"))
+        fn = bind_runtime_args(compiled, tuple(req.get("runtime_args", ())))
     except Exception as exc:  # noqa: BLE001
         return {"status": "COMPILE_ERROR", "error": _short_error(exc)}
     outputs = w.make_outputs()
@@ -211,7 +216,7 @@ def run(req: dict) -> dict:
     info: dict[str, Any] = {}
     try:
         fn(*args)  # first call: loads Numba's cache; its output is the one checked
-        stats = getattr(fn, "stats", None)
+        stats = getattr(compiled, "stats", None)
         if stats is not None:
             info["cache_hits"] = sum(stats.cache_hits.values())
             info["cache_misses"] = sum(stats.cache_misses.values())
