@@ -258,3 +258,27 @@ def test_intrinsic_kernel_is_right_on_every_placement(dtype, build_dir):
         arrays = placed_copies([*ins, *w.make_outputs()], offsets)
         kernel(*arrays)
         assert w.check(arrays[:2], arrays[2:], ref) is None, offsets
+
+
+def test_show_prints_the_arguments_and_its_output_runs_as_a_kernel_file(tmp_path):
+    """``show`` prints the shared source and the cache blocks it is called with; a file of
+    that output (``bench placement --kernels``) runs with those arguments and is right."""
+    import json as _json
+
+    from test_cli import tuner
+
+    from tuner.bench.placement_bench import _load_file, called_with
+
+    w = Gemm(40, 56, 72)
+    cfg = {**GemmTemplate().default_config(w, 1), "tile_m": 16, "tile_n": 32, "tile_k": 32}
+    p = tuner("show", "gemm", "--shape", "40x56x72", "--threads", "1", "--config", _json.dumps(cfg))
+    assert p.returncode == 0, p.stderr
+    assert "def kernel(A, B, C, tile_m, tile_n, tile_k):" in p.stdout
+    assert "# called as: kernel(A, B, C, tile_m=16, tile_n=32, tile_k=32)" in p.stdout
+    assert called_with(p.stdout) == (16, 32, 32)
+    path = tmp_path / "shown.py"
+    path.write_text(p.stdout)
+    fn = _load_file(str(path))
+    ins, outs = w.make_inputs(seed=5), w.make_outputs()
+    fn(*ins, *outs)
+    assert w.check(ins, outs, w.reference(ins)) is None
