@@ -111,3 +111,23 @@ def test_configs_differing_only_in_runtime_knobs_share_one_compiled_module(measu
     assert measurer.counts["compiled"] - before["compiled"] == 2
     assert rc.info["cache_misses"] == 0
 
+
+
+def test_cutoff_factor_applies_from_the_first_result_of_a_batch(measurer):
+    """With ``cutoff_factor`` a batch measured before anything else (a run's first) cuts a
+    candidate far slower than the fastest measured before it in the batch to its one probe
+    call; the fast one, measured first, gets its full measurement."""
+    from search_spaces.templates.gemm import GemmTemplate
+
+    t = GemmTemplate()
+    w = Gemm.parse("96x96x96")
+    fast = t.default_config(w, 1)
+    full = {k: t.space(w, 1).knob(k).values[-1] for k in ("tile_m", "tile_n", "tile_k")}
+    naive = fast.replace(**full, mr=1, nr=1, loop_order="mnk", pack_a=False, pack_b=False,
+                         microkernel="loops", write_cache=False, unroll_k=1)
+    r_fast, r_naive = measurer.measure(w, t, [fast, naive], cutoff_factor=2.0)
+    assert r_fast.ok and not r_fast.info.get("cut_short") and len(r_fast.samples) >= 3
+    assert r_naive.ok and r_naive.info.get("cut_short") and len(r_naive.samples) == 1
+    assert r_naive.samples[0] > 2.0 * r_fast.median
+    (again,) = measurer.measure(w, t, [naive])        # no factor: measured in full
+    assert again.ok and not again.info.get("cut_short")

@@ -202,7 +202,8 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
                     continue
                 idle = 0
                 cutoff = best_time * opts.cutoff_factor if best_time and opts.cutoff_factor else None
-                results = measurer.measure(workload, template, configs, cutoff_s=cutoff)
+                results = measurer.measure(workload, template, configs, cutoff_s=cutoff,
+                                           cutoff_factor=opts.cutoff_factor)
                 ids = store.add_trials(run_id, workload, target, [
                     TrialRecord(template.name, template.version, c, opts.threads, r, strategy.name)
                     for c, r in zip(configs, results)])
