@@ -265,7 +265,9 @@ def test_cli_tune_show_run_int8(db_url, tmp_path):
               "--db", db_url, "--repeat", "3", "--min-repeat-ms", "5")
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout)
-    assert r["config_source"] == "tuned" and r["config"] == best["config"]
+    # the tuned config, or the default where the side-by-side check found the win within noise
+    assert r["config_source"] == "tuned"
+    assert r["config"] == best["config"] or r["note"].startswith("default kept"), r["note"]
     p = tuner("show", "gemm", "--shape", "40x24x36", "--dtype", "int8", "--best", "--db", db_url)
     assert p.returncode == 0 and "vdot_" in p.stdout
     assert_one_line_error(tuner("tune", "gemm", "--shape", "8x8x8", "--dtype", "int8", "--template", "gemm"))
