@@ -44,10 +44,10 @@ def _load(src: str, build_dir):
     return mod
 
 
-def _run_source(w: Gemm, src: str, build_dir) -> str | None:
+def _run_source(w: Gemm, src: str, build_dir, runtime_args: tuple = ()) -> str | None:
     mod = _load(src, build_dir)
     ins, outs = w.make_inputs(seed=3), w.make_outputs()
-    mod.kernel(*ins, *outs)
+    mod.kernel(*ins, *outs, *runtime_args)
     return w.check(ins, outs, w.reference(ins))
 
 
@@ -208,7 +208,7 @@ def test_generated_kernels_are_exact_on_edges(shape, dtype, over, build_dir):
     w = Gemm(*shape, dtype)
     cfg = t.default_config(w, 2).replace(**over)
     assert t.space(w, 2).violation(cfg) is None
-    assert _run_source(w, t.codegen(w, cfg), build_dir) is None
+    assert _run_source(w, t.codegen(w, cfg), build_dir, t.runtime_args(w, cfg)) is None
 
 
 @needs_avx2
@@ -265,7 +265,9 @@ def test_cli_tune_show_run_int8(db_url, tmp_path):
               "--db", db_url, "--repeat", "3", "--min-repeat-ms", "5")
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout)
-    assert r["config_source"] == "tuned" and r["config"] == best["config"]
+    # the tuned config, or the default where the side-by-side check found the win within noise
+    assert r["config_source"] == "tuned"
+    assert r["config"] == best["config"] or r["note"].startswith("default kept"), r["note"]
     p = tuner("show", "gemm", "--shape", "40x24x36", "--dtype", "int8", "--best", "--db", db_url)
     assert p.returncode == 0 and "vdot_" in p.stdout
     assert_one_line_error(tuner("tune", "gemm", "--shape", "8x8x8", "--dtype", "int8", "--template", "gemm"))

@@ -17,6 +17,7 @@ import pytest
 from search_spaces import get_template
 from search_spaces.templates.gemm import GemmTemplate, native_lanes
 from search_spaces.space import Config
+from search_spaces.template import bind_runtime_args
 from workloads.errors import InstantiationError
 from workloads.gemm import Gemm
 
@@ -42,7 +43,7 @@ def _run(w: Gemm, cfg: Config, build_dir) -> str | None:
     mod = _load(t.codegen(w, cfg), build_dir)
     ins = w.make_inputs(seed=1)
     outs = w.make_outputs()
-    getattr(mod, t.entry)(*ins, *outs)
+    bind_runtime_args(getattr(mod, t.entry), t.runtime_args(w, cfg))(*ins, *outs)
     return w.check(ins, outs, w.reference(ins))
 
 
@@ -185,7 +186,7 @@ def test_codegen_accepts_every_config_of_a_multi_thread_space():
              if c["threads"] == 1 and c["tile_n"] not in t.space(w, 1).knob("tile_n").values]
     assert split, "the 2-thread space has split tiles"
     for c in split[:5]:
-        assert "def kernel(A, B, C)" in t.codegen(w, c)
+        assert "def kernel(A, B, C, tile_m, tile_n, tile_k)" in t.codegen(w, c)
 
 
 def test_rowaxpy_is_a_gemv_formulation_with_pinned_knobs():
@@ -250,10 +251,34 @@ def test_intrinsic_kernel_is_right_on_every_placement(dtype, build_dir):
                   "write_cache": True})
     src = t.codegen(w, cfg)
     assert "prefetch_w2(C" in src
-    kernel = getattr(_load(src, build_dir), t.entry)
+    kernel = bind_runtime_args(getattr(_load(src, build_dir), t.entry), t.runtime_args(w, cfg))
     ins = w.make_inputs(seed=2)
     ref = w.reference(ins)
     for offsets in PLACEMENTS:
         arrays = placed_copies([*ins, *w.make_outputs()], offsets)
         kernel(*arrays)
         assert w.check(arrays[:2], arrays[2:], ref) is None, offsets
+
+
+def test_show_prints_the_arguments_and_its_output_runs_as_a_kernel_file(tmp_path):
+    """``show`` prints the shared source and the cache blocks it is called with; a file of
+    that output (``bench placement --kernels``) runs with those arguments and is right."""
+    import json as _json
+
+    from test_cli import tuner
+
+    from tuner.bench.placement_bench import _load_file, called_with
+
+    w = Gemm(40, 56, 72)
+    cfg = {**GemmTemplate().default_config(w, 1), "tile_m": 16, "tile_n": 32, "tile_k": 32}
+    p = tuner("show", "gemm", "--shape", "40x56x72", "--threads", "1", "--config", _json.dumps(cfg))
+    assert p.returncode == 0, p.stderr
+    assert "def kernel(A, B, C, tile_m, tile_n, tile_k):" in p.stdout
+    assert "# called as: kernel(A, B, C, tile_m=16, tile_n=32, tile_k=32)" in p.stdout
+    assert called_with(p.stdout) == (16, 32, 32)
+    path = tmp_path / "shown.py"
+    path.write_text(p.stdout)
+    fn = _load_file(str(path))
+    ins, outs = w.make_inputs(seed=5), w.make_outputs()
+    fn(*ins, *outs)
+    assert w.check(ins, outs, w.reference(ins)) is None

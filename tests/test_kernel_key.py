@@ -65,6 +65,7 @@ from workloads.gemm import Gemm
 w = Gemm.parse("16x16x16"); t = get_template("gemm")
 fn = load_kernel(w, t, Config({**t.default_config(w, 1), "microkernel": "intrinsic"}))
 A = np.ones((16, 16), np.float32); C = np.empty((16, 16), np.float32); fn(A, A, C)
+fn = getattr(fn, "kernel", fn)   # the compiled dispatcher behind the bound runtime arguments
 import tuner.dispatch as d
 files = sorted(p.name for p in (d.settings.cache_dir() / "kernels").glob("k_*.py"))
 print(json.dumps({"hits": sum(fn.stats.cache_hits.values()), "ok": bool((C == 16).all()),

@@ -82,3 +82,52 @@ def test_baseline_of_a_fused_workload_is_its_numpy_reference(measurer):
     r = measurer.baseline(w, threads=1)
     assert r.ok, r.error
     assert r.info["impl"] == w.baseline_name and len(r.samples) >= 3
+
+
+def test_configs_differing_only_in_runtime_knobs_share_one_compiled_module(measurer):
+    """Cache blocks are kernel arguments: two configs that differ only in them generate one
+    source (one content address, one kernel file), are built once, and each is checked and
+    timed with its own blocks; a third differing in the micro-tile is a module of its own."""
+    from search_spaces.templates.gemm import GemmTemplate
+
+    t = GemmTemplate()
+    w = Gemm.parse("50x70x90")
+    a = t.default_config(w, 1).replace(tile_m=16, tile_n=32, tile_k=32)
+    b = a.replace(tile_m=48, tile_n=64, tile_k=64)
+    other = a.replace(mr=4)
+    assert t.codegen(w, a) == t.codegen(w, b) != t.codegen(w, other)
+    assert t.runtime_args(w, a) == (16, 32, 32) and t.runtime_args(w, b) == (48, 64, 64)
+    # clipped to the shape: a block past the dimension is the whole dimension
+    assert t.runtime_args(w, a.replace(tile_k=128)) == (16, 32, 90)
+    before = dict(measurer.counts)
+    ra, rb, ro = measurer.measure(w, t, [a, b, other])
+    assert ra.ok and rb.ok and ro.ok, (ra.error, rb.error, ro.error)   # both checked against NumPy
+    assert ra.info["source"] == rb.info["source"] != ro.info["source"]
+    assert measurer.counts["compiled"] - before["compiled"] == 2
+    assert measurer.counts["measured"] - before["measured"] == 3
+    # a later batch with another block size of a built module compiles nothing
+    (rc,) = measurer.measure(w, t, [a.replace(tile_k=64)])
+    assert rc.ok and rc.info["source"] == ra.info["source"]
+    assert measurer.counts["compiled"] - before["compiled"] == 2
+    assert rc.info["cache_misses"] == 0
+
+
+
+def test_cutoff_factor_applies_from_the_first_result_of_a_batch(measurer):
+    """With ``cutoff_factor`` a batch measured before anything else (a run's first) cuts a
+    candidate far slower than the fastest measured before it in the batch to its one probe
+    call; the fast one, measured first, gets its full measurement."""
+    from search_spaces.templates.gemm import GemmTemplate
+
+    t = GemmTemplate()
+    w = Gemm.parse("96x96x96")
+    fast = t.default_config(w, 1)
+    full = {k: t.space(w, 1).knob(k).values[-1] for k in ("tile_m", "tile_n", "tile_k")}
+    naive = fast.replace(**full, mr=1, nr=1, loop_order="mnk", pack_a=False, pack_b=False,
+                         microkernel="loops", write_cache=False, unroll_k=1)
+    r_fast, r_naive = measurer.measure(w, t, [fast, naive], cutoff_factor=2.0)
+    assert r_fast.ok and not r_fast.info.get("cut_short") and len(r_fast.samples) >= 3
+    assert r_naive.ok and r_naive.info.get("cut_short") and len(r_naive.samples) == 1
+    assert r_naive.samples[0] > 2.0 * r_fast.median
+    (again,) = measurer.measure(w, t, [naive])        # no factor: measured in full
+    assert again.ok and not again.info.get("cut_short")

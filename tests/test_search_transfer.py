@@ -154,3 +154,36 @@ def test_tpe_study_lives_in_the_tuner_database_and_resumes(db_url):
                 if t.state == optuna.trial.TrialState.COMPLETE]) == len(done)
     nxt = again.ask(4)
     assert not set(nxt) & set(seen)
+
+
+@pytest.mark.parametrize("cap", [1, 3])
+def test_model_batches_cap_the_configs_that_need_a_new_kernel(cap):
+    """With runtime knobs, at most ``max_new_variants`` picks of a model batch are of a
+    variant (config less its cache blocks) not measured yet; the batch is still full: the
+    other picks vary the blocks of compiled variants. Without the cap the same model picks
+    more new variants (the test would not notice a cap that does nothing)."""
+    import random
+
+    from search_spaces.templates.gemm import GemmTemplate
+
+    t = GemmTemplate()
+    w = Gemm.parse("256x256x256")
+    space = t.space(w, 1)
+    rng = random.Random(3)
+    measured = [space.sample(rng) for _ in range(16)]
+    # a smooth fake cost: big micro-tiles and mid-size blocks are fast
+    results = [MeasureResult(Status.OK, [1e-3 / (c["mr"] * c["nr"]) * (1 + abs(c["tile_k"] - 128) / 128)] * 3)
+               for c in measured]
+
+    def picks(max_new):
+        s = ModelStrategy(space, seed=1, epsilon=0.0, warmup=8, runtime_knobs=t.runtime_knobs,
+                          max_new_variants=max_new)
+        s.tell(measured, results)
+        batch = s.ask(8)
+        known = {s.variant(c) for c in measured}
+        return batch, len({s.variant(c) for c in batch} - known)
+
+    batch, new = picks(cap)
+    assert len(batch) == 8 and new <= cap
+    _, uncapped = picks(None)
+    assert uncapped > cap

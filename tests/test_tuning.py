@@ -189,3 +189,22 @@ def test_the_guard_refuses_a_noise_winner_and_accepts_a_real_one(store, default_
     assert accepted or "default kept" in sel.note
     # the guard ran once: the best carries it, nothing is measured again
     assert guard_against_default(store, fake, w, t, target, TuneOptions(progress=False), run) is None
+
+
+def test_a_run_builds_each_module_once_and_reports_it(store, measurer):
+    """Re-measurement and the default check run configs whose modules the search built: the
+    summary counts modules compiled and configs run, and a module is built once per run."""
+    from search_spaces.templates.gemm import GemmTemplate
+
+    t = GemmTemplate()
+    w = Gemm.parse("24x40x32")
+    s = tune(w, t, store, host_target(),
+             TuneOptions(strategy="random", trials=4, batch_size=4, threads=1, progress=False,
+                         remeasure_top=2, seed=5), measurer=measurer)
+    assert s.statuses["OK"] == 4
+    rows = store.trials(workload_key=w.key)
+    assert s.runs == len(rows) > 4            # the search's 4, then re-measurements / guard
+    sources = {r.info["source"] for r in rows}
+    assert s.compiled == len(sources) <= 4    # one build per distinct kernel file
+    with pytest.raises(Exception, match="max-new-variants"):
+        TuneOptions(max_new_variants=0)

@@ -134,7 +134,11 @@ def align_numba_cache(cache=None) -> None:
 
 
 def load_kernel(workload, template, config: Config):
-    """Compile (or load from Numba's cache) the kernel for ``config`` in this process."""
+    """Compile (or load from Numba's cache) the kernel for ``config`` in this process: a
+    callable taking the workload's arrays, with the config's runtime arguments (the
+    template's ``runtime_args``) bound. Configs that differ only in runtime knobs share one
+    module, imported once per process."""
+    from search_spaces.template import bind_runtime_args
     from tuner.measure.measurer import write_source
 
     key = (workload.key, f"{template.name}/{template.version}/{config.hash}")
@@ -144,11 +148,14 @@ def load_kernel(workload, template, config: Config):
         align_numba_cache()
         path = write_source(template.codegen(workload, config), template=template)
         name = "tuner_kernel_" + path.stem
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-        fn = _KERNELS[key] = getattr(mod, template.entry)
+        mod = sys.modules.get(name)
+        if mod is None:
+            spec = importlib.util.spec_from_file_location(name, path)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[name] = mod
+            spec.loader.exec_module(mod)
+        fn = _KERNELS[key] = bind_runtime_args(getattr(mod, template.entry),
+                                               template.runtime_args(workload, config))
     return fn
 
 

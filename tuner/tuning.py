@@ -33,6 +33,9 @@ class TuneOptions:
     seed: int = 0
     threads: int = 1
     batch_size: int = 8
+    # model search: at most this many configs of a batch need a kernel not compiled yet (the
+    # rest vary the runtime knobs of compiled ones: measured, not compiled); None: no cap
+    max_new_variants: int | None = 4
     early_stopping: int | None = None  # stop after this many trials without a new best
     remeasure_top: int = 3
     guard_rounds: int = 2         # rounds of the side-by-side default-vs-best check (0: none)
@@ -56,6 +59,9 @@ class TuneOptions:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise UsageError(f"{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        if self.max_new_variants is not None and (not isinstance(self.max_new_variants, int)
+                                                  or self.max_new_variants <= 0):
+            raise UsageError(f"max-new-variants must be a positive integer, got {self.max_new_variants!r}")
         for name in ("timeout", "early_stopping"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, (int, float)) or value <= 0):
@@ -77,6 +83,8 @@ class TuneSummary:
     baseline: MeasureResult | None = None
     wall_time: float = 0.0
     phase_time: dict = field(default_factory=dict)  # wall seconds: build, run, (search + db)
+    compiled: int = 0             # distinct kernel modules built (compile once, measure many)
+    runs: int = 0                 # configs run (search, re-measurement, default check)
     stop_reason: str = ""
 
     @property
@@ -113,9 +121,11 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
     mopts = measure_opts or MeasureOptions(threads=opts.threads)
     mopts.threads = opts.threads
     space = template.space(workload, opts.threads)
-    strategy = make_strategy(opts.strategy, space, seed=opts.seed, **strategy_options(
-        opts.strategy, workload, template, store, target, opts.threads,
-        transfer=opts.transfer, optuna_storage=opts.optuna_storage))
+    options = strategy_options(opts.strategy, workload, template, store, target, opts.threads,
+                               transfer=opts.transfer, optuna_storage=opts.optuna_storage)
+    if opts.strategy == "model":
+        options["max_new_variants"] = opts.max_new_variants
+    strategy = make_strategy(opts.strategy, space, seed=opts.seed, **options)
     run_id = store.start_run(target, opts.command, opts.strategy, opts.threads)
     flops = workload.flops()
     busy = busy_note(opts.threads)
@@ -152,6 +162,7 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
     own = measurer is None
     measurer = measurer or Measurer(mopts)
     wall0 = dict(measurer.wall)
+    counts0 = dict(measurer.counts)
     claims = Claims(store, run_id, workload, target, template.name, template.version,
                     opts.threads, ttl=opts.claim_ttl)
     try:
@@ -191,7 +202,8 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
                     continue
                 idle = 0
                 cutoff = best_time * opts.cutoff_factor if best_time and opts.cutoff_factor else None
-                results = measurer.measure(workload, template, configs, cutoff_s=cutoff)
+                results = measurer.measure(workload, template, configs, cutoff_s=cutoff,
+                                           cutoff_factor=opts.cutoff_factor)
                 ids = store.add_trials(run_id, workload, target, [
                     TrialRecord(template.name, template.version, c, opts.threads, r, strategy.name)
                     for c, r in zip(configs, results)])
@@ -220,6 +232,8 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
             measurer.close()
     summary.best = store.best(workload.key, target.key, opts.threads, template.name, template.version)
     summary.wall_time = time.perf_counter() - t_start
+    summary.compiled = measurer.counts["compiled"] - counts0["compiled"]
+    summary.runs = measurer.counts["measured"] - counts0["measured"]
     if summary.phase_time:
         summary.phase_time["final remeasure"] = (sum(measurer.wall.values()) - sum(wall0.values())
                                                  - sum(summary.phase_time.values()))
@@ -231,6 +245,7 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
         summary={"measured": summary.measured, "resumed": summary.resumed,
                  "statuses": dict(summary.statuses), "stop_reason": summary.stop_reason,
                  "wall_time": summary.wall_time, "phase_time": summary.phase_time,
+                 "kernels_compiled": summary.compiled, "configs_run": summary.runs,
                  "ratio_vs_numpy": summary.ratio, "busy_at_start": busy,
                  "best_median": summary.best.median if summary.best else None})
     return summary

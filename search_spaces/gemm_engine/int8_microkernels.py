@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 
-from search_spaces.gemm_engine.blocked import _AXIS, emit_packed_block_loops
+from search_spaces.gemm_engine.blocked import _AXIS, emit_packed_block_loops, kernel_params, tile_section
 from search_spaces.gemm_engine.microkernels import vector_tile_store_lines
 from search_spaces.runtime.simd_int8 import OPERANDS
 
@@ -122,9 +122,12 @@ def _group_loop(unroll: int, body) -> list[str]:
     return lines + [f"for g in range(kg - kg % {unroll}, kg):"] + _indent(body("g"))
 
 
-def micro_kernel_source(mr: int, nr: int, lanes: int, group: int, dot: str, unroll: int) -> list[str]:
+def micro_kernel_source(mr: int, nr: int, lanes: int, group: int, dot: str, unroll: int,
+                        panel_depth: str | None = "KG") -> list[str]:
     """MR x NR int32 tile as MR x NR/LANES vector accumulators; per K group: NR/LANES loads of
-    the B panel, MR broadcasts of an A group, MR x NR/LANES ``vdot_<dot>`` steps."""
+    the B panel, MR broadcasts of an A group, MR x NR/LANES ``vdot_<dot>`` steps.
+    ``panel_depth``: K groups of a packed panel, a module constant; None when the cache block
+    is a runtime argument: the packed buffer's own extent is read."""
     nv = nr // lanes
     acc = [[f"c_{r}_{v}" for v in range(nv)] for r in range(mr)]
     head = [
@@ -135,8 +138,8 @@ def micro_kernel_source(mr: int, nr: int, lanes: int, group: int, dot: str, unro
         f"    Per K group of G: {nv} B vector load(s), {mr} A group broadcast(s), {mr * nv} vdot_{dot}.",
         '    """',
     ]
-    lines = ["a = ai * (KG * MR * G)   # this A panel (flat index)",
-             "b = bj * (KG * NR * G)   # this B panel",
+    lines = [f"a = ai * ({panel_depth or 'AA.shape[1]'} * MR * G)   # this A panel (flat index)",
+             f"b = bj * ({panel_depth or 'BB.shape[1]'} * NR * G)   # this B panel",
              "kg = (kc + G - 1) // G   # K groups in this block (the last one zero-padded)"]
     # vector lengths are literals (the intrinsics need compile-time lane counts)
     lines += [" = ".join(acc[r]) + f" = vsplat(ZERO, {lanes})" for r in range(mr)]
@@ -153,13 +156,15 @@ def micro_kernel_source(mr: int, nr: int, lanes: int, group: int, dot: str, unro
     return head + _indent(lines)
 
 
-def kernel_source(c: dict) -> list[str]:
+def kernel_source(c: dict, runtime: tuple[str, ...] = (), prologue: list[str] = ()) -> list[str]:
     """The block loops (``loop_order``; ``parallel`` as prange), packing hoisted to where each
-    block is determined, and the macro-kernel over MR x NR tiles."""
+    block is determined, and the macro-kernel over MR x NR tiles; the tile knobs in
+    ``runtime`` are arguments, set up by the ``prologue`` lines."""
     order, par = c["loop_order"], c["parallel"]
     jit = "@numba.njit(cache=True" + (", parallel=True" if par != "none" else "") + ")"
-    lines = [jit, "def kernel(A, B, C):", '    """C = A @ B (uint8 x int8 -> int32), writing every element of C."""']
-    body: list[str] = []
+    lines = [jit, f"def kernel({kernel_params(runtime)}):",
+             '    """C = A @ B (uint8 x int8 -> int32), writing every element of C."""']
+    body: list[str] = list(prologue)
     ind = emit_packed_block_loops(body, order, par, "Ap = empty_a(A_PANELS, KG, MR, G)   # packed A block",
                                   "Bp = empty_b(B_PANELS, KG, NR, G)   # packed B block")
     body += [
@@ -173,12 +178,17 @@ def kernel_source(c: dict) -> list[str]:
     return lines + _indent(body)
 
 
-def generate(w, c: dict, version: int, template: str = "gemm_int8") -> str:
-    """The whole module for workload ``w`` (a quantized ``Gemm``) and a validated config."""
+def generate(w, c: dict, version: int, template: str = "gemm_int8",
+             runtime: tuple[str, ...] = ()) -> str:
+    """The whole module for workload ``w`` (a quantized ``Gemm``) and a validated config; the
+    tile knobs in ``runtime`` are kernel arguments (not in the source)."""
     group, a_pack, b_pack = OPERANDS[c["dot"]]
     lanes = c["vec"] // 32
-    tile_m, tile_n, tile_k = min(c["tile_m"], w.M), min(c["tile_n"], w.N), min(c["tile_k"], w.K)
-    config_json = json.dumps(dict(sorted(c.items())), separators=(", ", ": "))
+    shown = {k: v for k, v in sorted(c.items()) if k not in runtime and k != "threads"}
+    config_json = json.dumps(shown, separators=(", ", ": "))
+    called = ([f"Called as kernel({kernel_params(runtime)}): {', '.join(runtime)} are arguments,",
+               "so every config differing only in them runs this one compiled module."]
+              if runtime else [])
     head = [
         f'"""GEMM C[{w.M}, {w.N}] int32 = A[{w.M}, {w.K}] uint8 @ B[{w.K}, {w.N}] int8 ({w.dtype}), row-major.',
         "",
@@ -186,6 +196,7 @@ def generate(w, c: dict, version: int, template: str = "gemm_int8") -> str:
         f"    {config_json}",
         f"Structure: block loops (order {'/'.join(c['loop_order'])}, outermost first) -> packing in",
         f"K groups of {group} -> macro-kernel over MR x NR register tiles -> vdot_{c['dot']} micro-kernel.",
+        *called,
         '"""',
         "import numba",
         "import numpy as np",
@@ -195,23 +206,24 @@ def generate(w, c: dict, version: int, template: str = "gemm_int8") -> str:
         "",
         f"M, N, K = {w.M}, {w.N}, {w.K}",
         "ZERO = np.int32(0)",
-        f"TILE_M, TILE_N, TILE_K = {tile_m}, {tile_n}, {tile_k}   # cache blocks (clipped to the shape)",
         f"MR, NR = {c['mr']}, {c['nr']}   # register micro-tile",
         f"G = {group}   # K elements per group (one 32-bit lane of a dot-product instruction)",
-        f"KG = {_ceil(tile_k, group)}   # K groups in one packed block",
         f"LANES = {lanes}   # int32 lanes per {c['vec']}-bit vector",
-        f"A_PANELS = {_ceil(tile_m, c['mr'])}   # MR-row panels in one packed A block",
-        f"B_PANELS = {_ceil(tile_n, c['nr'])}   # NR-column panels in one packed B block",
     ]
     par = c["parallel"]
+    derived = [("KG", "(TILE_K + G - 1) // G", "K groups in one packed block"),
+               ("A_PANELS", "(TILE_M + MR - 1) // MR", "MR-row panels in one packed A block"),
+               ("B_PANELS", "(TILE_N + NR - 1) // NR", "NR-column panels in one packed B block")]
     if par != "none":
-        dim = _AXIS[par][3]
-        head.append(f"{dim}_BLOCKS = {_ceil(getattr(w, dim), tile_m if par == 'm' else tile_n)}"
-                    f"   # parallel {dim} blocks")
+        _, _, tile, dim = _AXIS[par]
+        derived.append((f"{dim}_BLOCKS", f"({dim} + {tile} - 1) // {tile}", f"parallel {dim} blocks"))
+    module, prologue = tile_section(w, c, runtime, derived)
+    head += module
     parts = [head,
              empty_aligned_source("empty_a", a_pack),
              empty_aligned_source("empty_b", b_pack),
              pack_a_source(), pack_b_source(),
-             micro_kernel_source(c["mr"], c["nr"], lanes, group, c["dot"], c["unroll_k"]),
-             kernel_source(c)]
+             micro_kernel_source(c["mr"], c["nr"], lanes, group, c["dot"], c["unroll_k"],
+                                 "KG" if "tile_k" not in runtime else None),
+             kernel_source(c, runtime, prologue)]
     return "\n\n\n".join("\n".join(p) for p in parts) + "\n"

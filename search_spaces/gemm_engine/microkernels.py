@@ -253,14 +253,17 @@ def prefetch_c_lines(mr: int, nr: int, itemsize: int) -> list[str]:
 
 
 def micro_intrinsic_source(mr: int, nr: int, vec: int, unroll: int, pack_a: bool,
-                           pack_b: bool, write_cache: bool, itemsize: int = 4) -> list[str]:
+                           pack_b: bool, write_cache: bool, itemsize: int = 4,
+                           panel_depth: str | None = "TILE_K") -> list[str]:
     """Explicit LLVM vectors: each row of the tile is NR/VEC vectors of VEC lanes.
 
     With ``write_cache`` the MR x NR/VEC accumulators stay in registers for the whole K loop
     and C is written once; without it every K step loads, updates and stores C. With the
     write cache the tile of C is prefetched for writing before the K loop
     (``prefetch_c_lines``): without it the time depended on C's offset from a cache line by
-    up to 14% (1024^3 fp32, 6x16 tile).
+    up to 14% (1024^3 fp32, 6x16 tile). ``panel_depth``: the K depth of a packed panel, a
+    module constant; None when the cache block is a runtime argument of the kernel: the
+    packed buffer's own extent (``AA.shape[1]``) is then read.
     """
     nv = nr // vec
     acc = [[f"c_{r}_{v}" for v in range(nv)] for r in range(mr)]
@@ -275,9 +278,9 @@ def micro_intrinsic_source(mr: int, nr: int, vec: int, unroll: int, pack_a: bool
     ]
     lines = []
     if pack_a:
-        lines.append("a = ai * (TILE_K * MR)   # this A panel in the packed block (flat index)")
+        lines.append(f"a = ai * ({panel_depth or 'AA.shape[1]'} * MR)   # this A panel in the packed block (flat index)")
     if pack_b:
-        lines.append("b = bj * (TILE_K * NR)   # this B panel")
+        lines.append(f"b = bj * ({panel_depth or 'BB.shape[1]'} * NR)   # this B panel")
     if write_cache:
         lines += prefetch_c_lines(mr, nr, itemsize)
         for r in range(mr):
@@ -328,5 +331,6 @@ def micro_kernel_source(c: dict) -> list[str]:
         return micro_unrolled_source(c["mr"], c["nr"], c["pack_a"], c["pack_b"], fm, c["unroll_k"])
     if kind == "intrinsic":
         return micro_intrinsic_source(c["mr"], c["nr"], c["vec"], c["unroll_k"], c["pack_a"],
-                                      c["pack_b"], c["write_cache"], c.get("itemsize", 4))
+                                      c["pack_b"], c["write_cache"], c.get("itemsize", 4),
+                                      c.get("panel_depth", "TILE_K"))
     raise InstantiationError(f"micro-kernel formulation {kind!r} is not implemented")

@@ -22,7 +22,7 @@ of every 4 KB row); float64 1 thread, 1 row per pass 0.91 ms vs 1.00.
 from __future__ import annotations
 
 
-from search_spaces.gemm_engine.blocked import _ceil, module_head
+from search_spaces.gemm_engine.blocked import _ceil, kernel_params, module_head, tile_section
 from workloads.gemm import Gemm
 
 
@@ -60,9 +60,10 @@ def _rows_pass(unroll: int, fastmath: bool) -> list[str]:
     ]
 
 
-def _kernel(par: str) -> list[str]:
+def _kernel(par: str, runtime: tuple[str, ...], prologue: list[str]) -> list[str]:
     jit = "@numba.njit(cache=True" + (", parallel=True" if par != "none" else "") + ")"
-    head = [jit, "def kernel(A, B, C):", '    """C = A @ B, writing every element of C."""']
+    head = [jit, f"def kernel({kernel_params(runtime)}):", '    """C = A @ B, writing every element of C."""']
+    head += ["    " + ln for ln in prologue]
     if par == "k":
         return head + [
             "    P = np.zeros((K_PARTS, M, N), DTYPE)   # one partial C per K part",
@@ -91,19 +92,18 @@ def _kernel(par: str) -> list[str]:
     ]
 
 
-def generate(w: Gemm, c: dict, version: int) -> str:
+def generate(w: Gemm, c: dict, version: int, runtime: tuple[str, ...] = ()) -> str:
+    """The module for a validated config; the tile knobs in ``runtime`` are kernel arguments
+    (only ``tile_n`` is used: tile_m and tile_k are pinned to the whole dimension)."""
     par, unroll, threads = c["parallel"], c["unroll_k"], c["threads"]
-    tile_n = min(c["tile_n"], w.N)
     parts = max(1, threads) if par == "k" else 1
     chunk = _ceil(_ceil(w.K, parts), unroll) * unroll   # whole steps in every part but the last
     split = {"k": "K split over threads", "n": "N blocks over threads"}.get(par, "one thread")
     head = module_head(w, c, version, [
         "Structure: 'rowaxpy' (search_spaces/gemm_engine/rowaxpy.py): every row of B streamed once,",
-        f"{unroll} row(s) per step, into an L1-resident block of C rows ({split})."], [])
-    head += [
-        f"TILE_N = {tile_n}   # columns of C per block",
-        f"N_BLOCKS = {_ceil(w.N, tile_n)}",
-        f"K_PARTS, K_CHUNK = {parts}, {chunk}   # contiguous row ranges of B (one per thread)",
-    ]
-    body = [head, _rows_pass(unroll, w.dtype != "int32"), _kernel(par)]
+        f"{unroll} row(s) per step, into an L1-resident block of C rows ({split})."], [], runtime)
+    module, prologue = tile_section(w, c, runtime, [("N_BLOCKS", "(N + TILE_N - 1) // TILE_N", "column blocks of C")])
+    head += module
+    head.append(f"K_PARTS, K_CHUNK = {parts}, {chunk}   # contiguous row ranges of B (one per thread)")
+    body = [head, _rows_pass(unroll, w.dtype != "int32"), _kernel(par, runtime, prologue)]
     return "\n\n\n".join("\n".join(p) for p in body) + "\n"

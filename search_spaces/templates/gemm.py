@@ -84,6 +84,9 @@ class GemmTemplate(Template):
     workload_kind = "gemm"
     dtypes = ("float32", "float64", "int32")   # int8: search_spaces/templates/gemm_int8.py
     entry = "kernel"
+    # cache blocks are kernel arguments: one compiled module per micro-kernel variant, measured
+    # free against literals (docs/compile-once.md)
+    runtime_knobs = ("tile_m", "tile_n", "tile_k")
 
     # -- the space -----------------------------------------------------------------------
     def space(self, workload: Gemm, max_threads: int = 1) -> ConfigSpace:
@@ -304,9 +307,16 @@ class GemmTemplate(Template):
         sp.validate(config)
         if c["microkernel"] == "rowaxpy":
             from search_spaces.gemm_engine.rowaxpy import generate as generate_rowaxpy
-            return generate_rowaxpy(w, c, self.version)
+            return generate_rowaxpy(w, c, self.version, self.runtime_knobs)
         from search_spaces.gemm_engine.blocked import generate
-        return generate(w, c, self.version)
+        return generate(w, c, self.version, self.runtime_knobs)
+
+    def runtime_args(self, workload: Gemm, config: Config) -> tuple:
+        """The cache blocks, clipped to the shape, in ``runtime_knobs`` order."""
+        from search_spaces.gemm_engine.blocked import clipped_tiles
+
+        tiles = clipped_tiles(workload, config)
+        return tuple(tiles[k] for k in self.runtime_knobs)
 
 
 def _pick(space: ConfigSpace, knob: str, want: int, at_least: bool = False) -> int:

@@ -63,6 +63,8 @@ class GemmInt8Template(Template):
     workload_kind = "gemm"
     dtypes = tuple(INT8_DTYPES)
     entry = "kernel"
+    # cache blocks are kernel arguments, as in the float template (docs/compile-once.md)
+    runtime_knobs = ("tile_m", "tile_n", "tile_k")
 
     def __init__(self, features: frozenset[str] | None = None):
         # None: the host's (tests pass another CPU's features to check its space)
@@ -191,7 +193,14 @@ class GemmInt8Template(Template):
         sp.validate(config)
         from search_spaces.gemm_engine.int8_microkernels import generate
 
-        return generate(w, c, self.version, self.name)
+        return generate(w, c, self.version, self.name, self.runtime_knobs)
+
+    def runtime_args(self, workload: Gemm, config: Config) -> tuple:
+        """The cache blocks, clipped to the shape, in ``runtime_knobs`` order."""
+        from search_spaces.gemm_engine.blocked import clipped_tiles
+
+        tiles = clipped_tiles(workload, config)
+        return tuple(tiles[k] for k in self.runtime_knobs)
 
 
 def _repair(space: ConfigSpace, cfg: dict) -> Config:

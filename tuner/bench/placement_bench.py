@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib.util
 import os
+import re
 import statistics
 import sys
 import time
@@ -26,18 +27,29 @@ from tuner.measure.placement import empty_at, spread
 PLACEMENT_GRID = [(a, b, c) for a in (0, 16, 32) for b in (0, 16, 32) for c in (0, 16, 32)][::2]
 
 
+def called_with(text: str) -> tuple:
+    """The runtime arguments in the ``# called as: kernel(A, B, C, tile_m=96, ...)`` line that
+    ``show`` prints after a kernel's source (() when there is none)."""
+    m = re.search(r"^# called as: \w+\(A, B, C, (.*)\)\s*$", text, re.M)
+    if not m:
+        return ()
+    return tuple(int(part.split("=", 1)[1]) for part in m.group(1).split(", "))
+
+
 def _load_file(path: str):
+    from search_spaces.template import bind_runtime_args
     from tuner.dispatch import align_numba_cache
     from tuner.measure.measurer import write_source
 
     align_numba_cache()
-    stored = write_source(Path(path).read_text())
+    text = Path(path).read_text()
+    stored = write_source(text)
     name = "tuner_kernel_" + stored.stem
     spec = importlib.util.spec_from_file_location(name, stored)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
-    return mod.kernel
+    return bind_runtime_args(mod.kernel, called_with(text))
 
 
 def contenders(workload, configs: list[dict], kernels: list[str], numpy: bool = True) -> dict:

@@ -56,7 +56,8 @@ def register(sub) -> None:
     pl.add_argument("--dtype", default="float32")
     pl.add_argument("--configs", default="[{}]",
                     help="JSON list of config overrides over the 1-thread default (default: [{}])")
-    pl.add_argument("--kernels", default="", help="comma-separated generated kernel files to time too")
+    pl.add_argument("--kernels", default="", help="comma-separated generated kernel files to time too (`show` output: its "
+                         "'# called as:' line gives the runtime arguments)")
     pl.add_argument("--rounds", type=int, default=3)
     pl.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
     pl.add_argument("--out", default=None, help="result JSON (default logs/bench-placement-<time>.json)")

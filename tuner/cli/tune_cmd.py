@@ -75,6 +75,7 @@ def run(args) -> int:
         "numpy_median_s": r.baseline_median, "ratio_vs_numpy": r.ratio,
     }
     s = r.summary
+    report["kernels_compiled"], report["configs_run"] = s.compiled, s.runs
     if args.json:
         print_json(report)
         return 0 if s.best else 1
@@ -84,6 +85,9 @@ def run(args) -> int:
         other = s.wall_time - sum(s.phase_time.values())
         print("time     : " + ", ".join(f"{k} {v:.1f} s" for k, v in s.phase_time.items())
               + f", search/db/other {other:.1f} s")
+    if s.runs:
+        print(f"kernels  : {s.compiled} compiled for {s.runs} configs run (configs differing only "
+              "in runtime knobs share one)")
     print("statuses : " + (", ".join(f"{k} {v}" for k, v in sorted(s.statuses.items())) or "none new"))
     if s.best is None:
         print("no config ran correctly; nothing to recommend (see `python -m tuner db history`)")

@@ -178,6 +178,7 @@ def _compile_in_workers(kernels: list[_Kernel], jobs: int, threads: int, cache: 
             except IndexError:
                 return
             req = {"path": str(path), "entry": k.template.entry,
+                   "runtime_args": list(k.template.runtime_args(k.workload, k.config)),
                    "arg_specs": k.workload.input_specs() + k.workload.output_specs()}
             replies[path] = worker.call("build", req, 600.0)
 

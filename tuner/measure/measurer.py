@@ -105,6 +105,10 @@ class Measurer:
         self._runner = Worker(f"run-{tag}", env, log_dir)
         # wall seconds spent building (parallel builds count once) and running, for reports
         self.wall = {"build": 0.0, "run": 0.0}
+        # compile once, measure many: the build reply of every module this measurer built
+        # (kernel path -> reply); a later config with the same source is not built again
+        self._built: dict[Path, dict] = {}
+        self.counts = {"compiled": 0, "measured": 0}   # modules built, configs run
 
     def close(self) -> None:
         for w in [*self._builders, self._runner]:
@@ -137,14 +141,15 @@ class Measurer:
             return None, MeasureResult(Status.COMPILE_ERROR, error=f"codegen failed: {type(exc).__name__}: {exc}")
         return write_source(source, self.cache, template), None
 
-    def _build(self, worker: Worker, workload, template, path: Path) -> dict:
-        req = {"path": str(path), "entry": template.entry,
+    def _build(self, worker: Worker, workload, template, path: Path, runtime_args: tuple) -> dict:
+        req = {"path": str(path), "entry": template.entry, "runtime_args": list(runtime_args),
                "arg_specs": workload.input_specs() + workload.output_specs()}
         return worker.call("build", req, self.opts.build_timeout)
 
     def _run(self, workload, template, config: Config, path: Path, cutoff_s: float | None) -> dict:
         o = self.opts
         req = {"path": str(path), "entry": template.entry, **workload_request(workload),
+               "runtime_args": list(template.runtime_args(workload, config)),
                "threads": template.threads(config), "warmup": o.warmup, "repeat": o.repeat,
                "min_repeat_ms": o.min_repeat_ms, "max_time_s": o.max_time_s, "check": o.check,
                "cutoff_s": cutoff_s, "placements": o.placements}
@@ -152,9 +157,14 @@ class Measurer:
 
     # -- public ------------------------------------------------------------------------
     def measure(self, workload, template, configs: Sequence[Config],
-                cutoff_s: float | None = None) -> list[MeasureResult]:
+                cutoff_s: float | None = None,
+                cutoff_factor: float | None = None) -> list[MeasureResult]:
         """One result per config, in order. ``cutoff_s``: a candidate whose first timed call
-        is slower than this is recorded with that one sample (``info["cut_short"]``)."""
+        is slower than this is recorded with that one sample (``info["cut_short"]``).
+        ``cutoff_factor``: the cutoff is also this multiple of the fastest median measured so
+        far in this call, so a batch measured before anything else (a tuning run's first,
+        the default config first) does not spend a full measurement on every slow random
+        config (one 1024^3 candidate at 1-4 s per call took 20-60 s over 4 placements)."""
         results: list[MeasureResult | None] = [None] * len(configs)
         paths: dict[int, Path] = {}
         for i, cfg in enumerate(configs):
@@ -175,11 +185,17 @@ class Measurer:
                     i = pending.pop(0)
                 except IndexError:
                     return
-                builds[i] = self._build(worker, workload, template, paths[i])
+                builds[i] = self._build(worker, workload, template, paths[i],
+                                        template.runtime_args(workload, configs[i]))
 
-        # Identical sources (two configs generating the same code) are built once.
+        # Identical sources (two configs generating the same code: configs differing only in
+        # the template's runtime knobs, or knobs a formulation ignores) are built once, in
+        # this batch or any earlier one.
         for i in list(pending):
-            if paths[i] in seen_paths:
+            if paths[i] in self._built:
+                pending.remove(i)
+                builds[i] = self._built[paths[i]]
+            elif paths[i] in seen_paths:
                 pending.remove(i)
             else:
                 seen_paths[paths[i]] = i
@@ -189,10 +205,15 @@ class Measurer:
             list(pool.map(build_loop, self._builders[:n]))
         self.wall["build"] += time.perf_counter() - t0
         t0 = time.perf_counter()
+        for path, i in seen_paths.items():
+            self.counts["compiled"] += 1
+            if builds[i]["status"] == "OK":
+                self._built[path] = builds[i]
         for i in paths:
             if i not in builds:
                 builds[i] = builds[seen_paths[paths[i]]]
 
+        fastest: float | None = None
         for i in sorted(paths):
             b = builds[i]
             ctime = b.get("compile_time", b.get("elapsed"))
@@ -203,13 +224,19 @@ class Measurer:
                     err = "build: " + err
                 results[i] = MeasureResult(status, compile_time=ctime, error=err)
                 continue
-            r = self._run(workload, template, configs[i], paths[i], cutoff_s)
+            self.counts["measured"] += 1
+            cut = cutoff_s
+            if cutoff_factor and fastest is not None:
+                cut = min(cut or float("inf"), fastest * cutoff_factor)
+            r = self._run(workload, template, configs[i], paths[i], cut)
             status = Status(r["status"])
             err = r.get("error", "")
             if status is Status.TIMEOUT:
                 err = "run: " + err
             results[i] = MeasureResult(status, samples=r.get("samples", []), compile_time=ctime,
                                        error=err, info={**r.get("info", {}), "source": paths[i].name})
+            if results[i].ok and not results[i].info.get("cut_short"):
+                fastest = min(fastest or float("inf"), results[i].median)
         self.wall["run"] += time.perf_counter() - t0
         return results  # type: ignore[return-value]
 

@@ -5,8 +5,9 @@ Two jobs, each a plain function of a request dict that returns a reply dict:
 - ``build``: import the generated module from its content-addressed file and compile its entry
   for the workload's argument types. Numba writes the machine code to its cache
   (``cache=True``), so the run worker loads it instead of compiling again.
-- ``run``: import the module (Numba cache hit), call once and check the answer against the
-  NumPy reference, then time it on ``placements`` sets of freshly allocated, differently
+- ``run``: import the module (Numba cache hit), bind the config's runtime arguments
+  (``runtime_args``: cache blocks, passed after the arrays), call once and check the answer
+  against the NumPy reference, then time it on ``placements`` sets of freshly allocated, differently
   placed inputs and outputs (``tuner.measure.placement``): per placement, check once, warm
   up, time samples of at least ``min_repeat_ms`` each. The reply's samples are the slowest
   placement's; every placement's median and the spread are in its info.
@@ -69,7 +70,8 @@ def _short_error(exc: BaseException, limit: int = 4000) -> str:
 
 
 def time_callable(fn: Callable[[], Any], warmup: int, repeat: int, min_repeat_ms: float,
-                  max_time_s: float, cutoff_s: float | None = None) -> tuple[list[float], dict]:
+                  max_time_s: float, cutoff_s: float | None = None,
+                  warm: bool = False) -> tuple[list[float], dict]:
     """Seconds per call for each of up to ``repeat`` samples of at least ``min_repeat_ms``.
 
     The first timed call (the probe) is checked against ``cutoff_s`` (the tuner passes a
@@ -80,24 +82,26 @@ def time_callable(fn: Callable[[], Any], warmup: int, repeat: int, min_repeat_ms
     whose probe took 3.3 ms got 15 calls per sample and a median of 0.57 ms per call, cold
     caches and a sleeping second core included; warmed, it measures 0.32 ms, as a script
     running it back to back does.) When the whole measurement would exceed ``max_time_s`` (a
-    slow candidate) fewer samples are taken, at least 3.
+    slow candidate) fewer samples are taken, at least 3. ``warm``: the caller has just run
+    ``fn`` on these buffers (a checked call), so the probe is already a warm call and the
+    warm-up is skipped.
     """
     t0 = time.perf_counter()
     fn()
     probe = max(time.perf_counter() - t0, 1e-9)
     if cutoff_s is not None and probe > cutoff_s:
         return [probe], {"number": 1, "cut_short": True}
-    warm = probe
-    if probe <= 0.1 * max_time_s:
+    warm_s = probe
+    if not warm and probe <= 0.1 * max_time_s:
         started, calls = time.perf_counter(), 0
         budget = min(0.1 * max_time_s, max(min_repeat_ms / 1000.0, 0.0))
         while calls < max(0, warmup) or time.perf_counter() - started < budget:
             t1 = time.perf_counter()
             fn()
-            warm = min(warm, max(time.perf_counter() - t1, 1e-9))
+            warm_s = min(warm_s, max(time.perf_counter() - t1, 1e-9))
             calls += 1
-    number = max(1, int(min_repeat_ms / 1000.0 / warm + 0.999))
-    per_sample = warm * number
+    number = max(1, int(min_repeat_ms / 1000.0 / warm_s + 0.999))
+    per_sample = warm_s * number
     if per_sample * repeat > max_time_s:
         repeat = max(3, min(repeat, int(max_time_s / per_sample)))
     samples, cpu = [], []
@@ -115,8 +119,11 @@ def time_callable(fn: Callable[[], Any], warmup: int, repeat: int, min_repeat_ms
 def time_placements(fn: Callable[..., Any], w, inputs, outputs, expected, req: dict):
     """Time ``fn(*inputs, *outputs)`` on ``req["placements"]`` placements of fresh copies.
 
-    Each placement gets its own warm-up and ``ceil(repeat / placements)`` (at least 3)
-    samples within its share of ``max_time_s``. The score must not reward one lucky
+    Each placement gets ``ceil(repeat / placements)`` (at least 3) samples within its share
+    of ``max_time_s``, after a warm-up: the first placement's is ``time_callable``'s, a later
+    placement's is its checked call (the kernel's code is warm by then, and that call touches
+    the fresh buffers; a separate warm-up of >= ``min_repeat_ms`` of calls per placement
+    bought nothing but run time). The score must not reward one lucky
     placement, so the samples returned are those of the placement with the slowest median:
     a script calling the kernel gets whatever placement its allocator gives, and the slowest
     one is what the tuner can promise (the median across placements would still crown a
@@ -139,14 +146,17 @@ def time_placements(fn: Callable[..., Any], w, inputs, outputs, expected, req: d
         else:
             arrays = placed_copies([*inputs, *outputs], offsets)
             ins, outs = arrays[:len(inputs)], arrays[len(inputs):]
+        checked = False
         if expected is not None and ins is not inputs:   # right wherever the buffers start
             fn(*ins, *outs)
+            checked = True
             problem = w.check(ins, outs, expected)
             if problem:
                 return {"status": "WRONG_ANSWER", "error": f"placement {offsets}: {problem}"}
         samples, timing = time_callable(lambda: fn(*ins, *outs), req["warmup"], per_repeat,
                                         req["min_repeat_ms"], per_time,
-                                        req.get("cutoff_s") if not found else None)
+                                        req.get("cutoff_s") if not found else None,
+                                        warm=checked and bool(found))
         med = sorted(samples)[len(samples) // 2]
         cpu = timing.get("cpu_samples") or [0.0]
         found.append((med, samples, {"offsets": list(offsets), "median": med,
@@ -184,6 +194,7 @@ def build(req: dict) -> dict:
         if isinstance(fn, numba.core.dispatcher.Dispatcher):
             sig = tuple(numba.typeof(np.empty((1,) * len(shape), dtype=dtype))
                         for shape, dtype in req["arg_specs"])
+            sig += tuple(numba.typeof(a) for a in req.get("runtime_args", ()))
             fn.compile(sig)
     except Exception as exc:  # noqa: BLE001 - any failure of user code is a status
         return {"status": "COMPILE_ERROR", "error": _short_error(exc),
@@ -202,8 +213,11 @@ def run(req: dict) -> dict:
         return {"status": "RUNTIME_ERROR", "error": f"cannot use {threads} threads: {exc}"}
     w, inputs, expected = _workload(req)
     try:
+        from search_spaces.template import bind_runtime_args
+
         mod = _load_module(req["path"])
-        fn = getattr(mod, req.get("entry", "kernel"))
+        compiled = getattr(mod, req.get("entry", "kernel"))
+        fn = bind_runtime_args(compiled, tuple(req.get("runtime_args", ())))
     except Exception as exc:  # noqa: BLE001
         return {"status": "COMPILE_ERROR", "error": _short_error(exc)}
     outputs = w.make_outputs()
@@ -211,7 +225,7 @@ def run(req: dict) -> dict:
     info: dict[str, Any] = {}
     try:
         fn(*args)  # first call: loads Numba's cache; its output is the one checked
-        stats = getattr(fn, "stats", None)
+        stats = getattr(compiled, "stats", None)
         if stats is not None:
             info["cache_hits"] = sum(stats.cache_hits.values())
             info["cache_misses"] = sum(stats.cache_misses.values())

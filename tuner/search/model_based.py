@@ -12,6 +12,13 @@ search stalls (``stall`` trials without a new best), each slot is instead a rand
 with probability ``epsilon`` (epsilon-greedy exploration). Without a prior, the
 first ``warmup`` successes come from random sampling; with one, the first batch is already
 the model's pick.
+
+Compile once, measure many: with ``runtime_knobs`` (the template's knobs passed to the kernel
+as arguments), configs that differ only in them share one compiled module (a *variant*). At
+most ``max_new_variants`` of a model batch's picks are of a variant not measured yet; the
+other slots go down the ranking to the best configs of variants already compiled (their
+cache blocks, mostly: the pool holds the neighbours of the best configs), which cost a run
+but no compile. Random picks (warm-up, epsilon) are not capped.
 """
 from __future__ import annotations
 
@@ -45,8 +52,12 @@ class ModelStrategy(Strategy):
                  stall: int = 16,
                  min_distance: int = 2, warmup: int = 8, features=None, prior=None,
                  prior_weight: float = 0.5, target: str = "rank", n_estimators: int = 60,
-                 max_depth: int = 4, ensemble: int = 4, kappa: float = 1.0, **options):
+                 max_depth: int = 4, ensemble: int = 4, kappa: float = 1.0,
+                 runtime_knobs: tuple[str, ...] = (), max_new_variants: int | None = None,
+                 **options):
         super().__init__(space, seed, **options)
+        self.runtime_knobs = tuple(runtime_knobs)
+        self.max_new_variants = max_new_variants if self.runtime_knobs else None
         self.pool_size = pool_size
         self.epsilon = epsilon
         self.stall = stall
@@ -61,6 +72,10 @@ class ModelStrategy(Strategy):
 
     def _update(self, configs, results):
         self._dirty = True
+
+    def variant(self, cfg: Config) -> tuple:
+        """The config without its runtime knobs: configs with one variant share a kernel."""
+        return tuple((k, v) for k, v in sorted(cfg.items()) if k not in self.runtime_knobs)
 
     def _pool(self) -> list[Config]:
         if self.space.size <= self.pool_size:  # small (e.g. replayed) space: rank all of it
@@ -105,16 +120,31 @@ class ModelStrategy(Strategy):
         ranked = [pool[i] for i in preds.argsort(kind="stable")]
         n_explore = sum(1 for _ in range(n) if self.rng.random() < self._epsilon_now())
         picks: list[Config] = []
+        compiled = {self.variant(c) for c, _ in self.history}
+        new: set[tuple] = set()
+
+        def affordable(cfg) -> bool:
+            """A pick of a new variant while the batch's compile budget lasts, or any other."""
+            v = self.variant(cfg)
+            if self.max_new_variants is None or v in compiled or v in new:
+                return True
+            return len(new) < self.max_new_variants
+
+        def take(cfg) -> None:
+            picks.append(cfg)
+            if self.variant(cfg) not in compiled:
+                new.add(self.variant(cfg))
+
         for cfg in ranked:
             if len(picks) >= n - n_explore:
                 break
-            if all(_distance(cfg, p) >= self.min_distance for p in picks):
-                picks.append(cfg)
+            if affordable(cfg) and all(_distance(cfg, p) >= self.min_distance for p in picks):
+                take(cfg)
         for cfg in ranked:  # diversity left the batch short: fill with the next best
             if len(picks) >= n - n_explore:
                 break
-            if cfg not in picks:
-                picks.append(cfg)
+            if cfg not in picks and affordable(cfg):
+                take(cfg)
         picks += [c for c in self.sample_unseen(n - len(picks)) if c not in picks]
         return picks[:n]
 
@@ -132,7 +162,8 @@ def strategy_options(strategy: str, workload, template, store, target, threads: 
         from search_spaces.templates.features import bind
         from tuner.search.cost_model import prior_from_rows
 
-        opts: dict = {"features": bind(template.name, workload.params(), target.caches)}
+        opts: dict = {"features": bind(template.name, workload.params(), target.caches),
+                      "runtime_knobs": tuple(getattr(template, "runtime_knobs", ()))}
         if transfer:
             rows = store.trials(target_key=target.key, template=template.name,
                                 template_version=template.version, threads=threads)
