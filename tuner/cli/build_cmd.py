@@ -22,6 +22,11 @@ def add_model_build_args(p) -> None:
                    help="ignore the records: template default configs everywhere")
     p.add_argument("--jobs", type=int, default=None,
                    help="compile processes (default: usable cores)")
+    add_int8_args(p)
+
+
+def add_int8_args(p) -> None:
+    """``--int8`` and its calibration options (build, run-model, verify, tune model)."""
     q = p.add_argument_group("INT8 (quantized build)")
     q.add_argument("--int8", action="store_true",
                    help="calibrate, quantize (uint8 activations, int8 per-channel weights) and "
