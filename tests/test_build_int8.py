@@ -60,18 +60,24 @@ def test_build_int8_digits_summary_and_exact_check(capsys, db_url):
     assert "PASS" in out
 
 
-def test_build_int8_tiny_conv_exact_kernel_by_kernel(db_url):
+@pytest.mark.parametrize("layout", ["NCHW", pytest.param("NHWC", marks=pytest.mark.slow)])
+def test_build_int8_tiny_conv_exact_kernel_by_kernel(db_url, layout):
+    """Every group generated (quantize, qconv2d 3x3 and 1x1, uint8 max pool, conv + residual
+    qadd, qdense to float32) and each kernel's output equal to the reference's."""
+    from tuner.compiler.compile_model import build
     from tuner.compiler.verify_model import verify_int8
 
-    g = tiny_conv_graph()
-    res = verify_int8(g, db=db_url, int8=True, tuned=False, jobs=1)
+    g = tiny_conv_graph(layout)
+    module = build(g, db=db_url, int8=True, tuned=False, jobs=1)
+    res = verify_int8(g, module=module)
     assert res.ok, [s for s in res.steps if s.mismatches]
-    kinds = {s.dtype for s in res.steps}
-    assert "uint8" in kinds                   # 8-bit values between quantized kernels
     ints = [s for s in res.steps if s.dtype == "uint8"]
-    assert len(ints) >= 4
-    q = res.summary
-    assert "INT8" in q and "conversions" in q
+    assert len(ints) == 5                     # 8-bit values between quantized kernels
+    assert module.summary.counts["numpy"] == 0
+    q = module.summary.quant
+    assert q["quantized_numpy"] == 0 and q["quantized_kernels"] == 6
+    assert {s.kind for s in module.steps} >= {"qconv2d", "qdense", "injective", "fixed"}
+    assert "0 of 6 quantized kernels numpy" in res.summary
 
 
 def test_build_int8_check_catches_a_wrong_kernel(db_url):
