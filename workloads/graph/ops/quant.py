@@ -9,7 +9,10 @@ exact (integers, or float32 arithmetic spelled out step by step, never float64):
 - ``qconv2d(x, w)``/``qdense(x, w)``: ``x`` uint8 with zero point ``x_zero_point``, ``w`` int8
   symmetric (zero point 0), ``sum((x - x_zp) * w)`` accumulated exactly in int32. Padding
   pads with ``x_zero_point`` (real 0). A kernel computes ``sum(x * w) - x_zp * sum(w)``
-  (``vpmaddubsw``/``vpmaddwd`` or VNNI ``vpdpbusd`` take u8 x s8) and gets the same integers;
+  (``vpmaddubsw``/``vpmaddwd`` or VNNI ``vpdpbusd`` take u8 x s8) and gets the same integers.
+  ``w_max`` is the weight range the op promises, |w| <= w_max (64 for 7-bit ``reduce_range``
+  weights, 127 for full-range ones, 128 = no promise); the reference refuses weights outside
+  it, and the int8 kernels may use AVX2's saturating ``vpmaddubsw`` only when ``w_max <= 64``;
 - ``requantize(acc, bias, scale)``: the anchor's epilogue, as MLAS's requantize does it:
   ``clamp(rint(float32(acc + bias) * scale[c]) + zero_point, qmin, qmax)`` with the product
   in float32 and ``scale[c] = x_scale * w_scale[c] / y_scale`` per output channel along
