@@ -7,7 +7,8 @@ accumulator, in exactly the reference's arithmetic:
   to even, as NumPy's), converted to the integer level;
 - ``qadd``: ``clamp(rint(float32(a - a_zp) * a_mul + float32(b - b_zp) * b_mul) + zp, qmin,
   qmax)``: two float32 products and one float32 sum, never contracted into an FMA (the
-  kernels are compiled without fastmath).
+  kernels are compiled without fastmath);
+- ``dequantize`` (last, when FP32 ops read the result): ``float32(q - zp) * scale``.
 
 The kernel adds the bias with the zero-point correction folded in (``corr[c] = bias[c] -
 x_zero_point * sum_k w[c, k]``): ``acc + corr`` is then the reference's ``acc + bias``.
@@ -50,6 +51,10 @@ def statements(epilogue: list[dict], channel: str, flat: str) -> tuple[list[str]
     lines += _clamp_lines("f", rq["attrs"])
     for e in epilogue[1:]:
         a = e["attrs"]
+        if e["op"] == "dequantize":   # the 8-bit level back to float32 for FP32 consumers
+            lines.append(f"f = np.float32(np.int32(f) - np.int32({a['zero_point']})) "
+                         f"* {_f32(a['scale'])}   # dequantize")
+            return lines, "f"
         (k, _, _), = e["others"]
         run, other = "np.int32(f)", f"np.int32(e{k}[{flat}])"
         first, second = (run, other) if e["operand"] == 0 else (other, run)
@@ -76,4 +81,4 @@ def bias_param(epilogue: list[dict]) -> tuple[int, bool] | None:
 
 def operand_params(epilogue: list[dict]) -> list[int]:
     """Parameter indices of the qadd operands."""
-    return [e["others"][0][0] for e in epilogue[1:]]
+    return [e["others"][0][0] for e in epilogue[1:] if e["op"] == "qadd"]

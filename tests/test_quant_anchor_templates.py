@@ -51,7 +51,7 @@ def qdense(M, K, N, *, w_max=64, zp=100, out="uint8", rank3=False, per_channel=T
 
 
 def qconv(layout="NCHW", *, batch=1, C=5, HW=(9, 7), O=6, k=3, stride=1, pad=1, dil=1,
-          w_max=64, zp=31, residual=False, out="uint8"):
+          w_max=64, zp=31, residual=False, out="uint8", dequantize=False):
     kl = "OIHW" if layout == "NCHW" else "HWIO"
 
     def build(b):
@@ -66,6 +66,8 @@ def qconv(layout="NCHW", *, batch=1, C=5, HW=(9, 7), O=6, k=3, stride=1, pad=1, 
             other = b.input("r", tuple(y.type.shape) if y.type else None, "uint8")
             y = b.op("qadd", y, other, a_zero_point=17, a_mul=0.75, b_zero_point=90, b_mul=1.3,
                      zero_point=5, qmin=5)
+        if dequantize:
+            y = b.op("dequantize", y, scale=0.037, zero_point=9)
         return y
     return _group(build)
 
@@ -93,12 +95,14 @@ CASES = {
     "conv residual qadd": lambda: qconv(residual=True),
     "conv NHWC 5x5 stride 2 residual": lambda: qconv("NHWC", k=5, stride=2, pad=2, HW=(12, 12), residual=True),
     "conv float32 out": lambda: qconv(out="float32"),
+    "conv requantize -> dequantize": lambda: qconv(dequantize=True),
+    "conv residual -> dequantize": lambda: qconv("NHWC", residual=True, dequantize=True),
 }
 
 
 # default run: one case per code path kind (each compiles a kernel: seconds); the rest slow
 FAST = ("dense 7-bit", "conv NCHW 3x3 pad", "conv NCHW 1x1 (plain GEMM, transposed A)",
-        "conv residual qadd")
+        "conv residual qadd", "conv requantize -> dequantize")
 
 
 @pytest.mark.parametrize("name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow)

@@ -8,7 +8,8 @@ Kinds (registered in ``workloads.REGISTRY``, claimed before ``fixed``):
 
 Epilogue claimed (what the Quantize pass and FuseOps make): nothing (int32 output), or a
 ``requantize`` along the output-channel axis (to uint8/int8, or float32), then any number of
-``qadd`` with an operand of the output's shape (a fused residual add). Anything else stays a
+``qadd`` with an operand of the output's shape (a fused residual add), then optionally a
+``dequantize`` (FP32 ops read the result). Anything else stays a
 ``fixed`` group (the NumPy reference runs it, counted by the build).
 
 Both are GEMMs C[M, N] = A[M, K] @ B[K, N] with M rows of data (output pixels for a conv), N
@@ -28,7 +29,7 @@ import numpy as np
 from workloads.errors import UsageError
 from workloads.fused import FusedWorkload
 
-EPILOGUE_OPS = ("requantize", "qadd")
+EPILOGUE_OPS = ("requantize", "qadd", "dequantize")
 OUT_DTYPES = ("uint8", "int8", "float32", "int32")
 CONV_LAYOUTS = (("NCHW", "OIHW"), ("NHWC", "HWIO"))
 
@@ -54,7 +55,11 @@ def epilogue_ok(params: dict) -> bool:
     rank = len(out_shape)
     if first["attrs"]["axis"] % rank != _channel_axis(params):
         return False
-    for e in epi[1:]:
+    if first["attrs"]["dtype"] == "float32" and len(epi) > 1:
+        return False
+    for n, e in enumerate(epi[1:], 1):
+        if e["op"] == "dequantize" and n == len(epi) - 1 and not e["others"] and e["operand"] == 0:
+            continue
         if e["op"] != "qadd" or len(e["others"]) != 1 or e["operand"] not in (0, 1):
             return False
         _k, shape, dtype = e["others"][0]
@@ -156,6 +161,8 @@ class QuantGemmGroup(FusedWorkload):
                 scale[:] = levels / peak_all
             arrays[kb], arrays[ks] = bias, scale.astype(np.float32)
             for e in epi[1:]:
+                if e["op"] != "qadd":
+                    continue
                 (k, shape, dtype), = e["others"]
                 arrays[k] = rng.integers(0, 256, size=shape, dtype=np.int32).astype(dtype) \
                     if dtype == "uint8" else rng.integers(-128, 128, size=shape, dtype=np.int32).astype(dtype)
