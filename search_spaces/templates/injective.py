@@ -107,6 +107,15 @@ def _array_op(n, args: list[str], types) -> str:
         return f"np.concatenate(({', '.join(args)},), axis={a['axis'] % len(shape)})"
     if op == "constant_of_shape":
         return f"np.full({shp}, {DTYPE_SRC[a['dtype']]}({a['value']!r}))"
+    if op == "dequantize":
+        return (f"((np.asarray({args[0]}).astype(np.int32) - np.int32({a['zero_point']})).astype(np.float32)"
+                f" * np.float32({float(a['scale'])!r}))")
+    if op == "quantize":
+        from workloads.graph.ops.quant import clamp_bounds
+        qmin, qmax = clamp_bounds(a)
+        return (f"np.minimum(np.maximum(np.rint(np.asarray({args[0]}).astype(np.float32) / "
+                f"np.float32({float(a['scale'])!r})) + np.float32({a['zero_point']}), "
+                f"np.float32({qmin})), np.float32({qmax})).astype({DTYPE_SRC[a['dtype']]})")
     raise InstantiationError(f"op {op!r} has no generated code")
 
 
@@ -119,7 +128,7 @@ class InjectiveTemplate(Template):
     def space(self, workload, max_threads: int = 1) -> ConfigSpace:
         forms = ("loops", "numpy") if loops_ok(workload) else ("numpy",)
         if has_quant(workload) and "loops" in forms:
-            forms = ("loops",)   # no NumPy array form of quantize/dequantize
+            forms = ("loops",)   # exact either way; the loop nest materialises nothing
         knobs = [Knob("formulation", forms, False, "one scalar loop nest, or NumPy array code"),
                  Knob("threads", tuple(range(1, max(1, max_threads) + 1)), True,
                       "Numba threads (loops: prange over the outermost dimension)")]
