@@ -33,7 +33,7 @@ def _clamp_lines(var: str, attrs: dict) -> list[str]:
 
 
 def statements(epilogue: list[dict], channel: str, flat: str) -> tuple[list[str], str]:
-    """Statements turning the int64 ``v`` (``acc + corr[channel]``, set by the caller) into the
+    """Statements turning the int32 ``v`` (``acc + corr[channel]``, set by the caller) into the
     output element, and the expression stored (cast to the output dtype). Operand arrays are
     ``sc`` (requantize scale, flat) and ``e<k>`` (flat qadd operands); ``channel`` and
     ``flat`` index them."""
@@ -64,6 +64,16 @@ def statements(epilogue: list[dict], channel: str, flat: str) -> tuple[list[str]
         lines += _clamp_lines("f", a)
         dtype = a["dtype"]
     return lines, f"{_INT[dtype]}(f)"
+
+
+def out_dtype_src(epilogue: list[dict]) -> str:
+    """The NumPy dtype (source) of the element ``statements`` produces."""
+    if not epilogue:
+        return "np.int32"
+    last = epilogue[-1]
+    if last["op"] == "dequantize" or last["attrs"]["dtype"] == "float32":
+        return "np.float32"
+    return _INT[last["attrs"]["dtype"]]
 
 
 def scale_param(epilogue: list[dict]) -> int | None:

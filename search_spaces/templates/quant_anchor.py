@@ -97,7 +97,7 @@ class QuantAnchorTemplate(Template):
         body += ["acc = np.empty((M, N), np.int32)",
                  "gemm(A, B, acc)",
                  "# zero-point correction folded into the bias, per output channel",
-                 "corr = np.empty(N, np.int64)",
+                 "corr = np.empty(N, np.int32)",
                  "for j in range(N):",
                  "    s = 0",
                  "    for k in range(K):",
@@ -107,13 +107,28 @@ class QuantAnchorTemplate(Template):
         if sc is not None:
             body.append(f"sc = p{sc}.reshape(-1)")
         body += [f"e{k} = p{k}.reshape(-1)" for k in qe.operand_params(epi)]
-        body += ["Cf = out.reshape(-1)",
-                 f"for i in {'prange' if par else 'range'}(M):"]
+        # int32 arithmetic wraps, and acc + bias fits int32 (the reference checks it), so
+        # acc + corr is exact even if a partial sum wrapped; int32 keeps the loop vectorizable
+        contiguous = flat == f"i * {g['N']} + j"
+        body.append("Cf = out.reshape(-1)")
+        if not contiguous and not par:
+            body.append(f"row = np.empty(N, {qe.out_dtype_src(epi)})   # one output row")
+        body.append(f"for i in {'prange' if par else 'range'}(M):")
         body += ["    " + ln for ln in row_lines]
-        body += ["    for j in range(N):",
-                 "        v = np.int64(acc[i, j]) + corr[j]"]
-        body += ["        " + ln for ln in stmts]
-        body += [f"        Cf[{flat}] = {store}"]
+        if contiguous:      # the output row is contiguous: store in place
+            body += ["    for j in range(N):",
+                     "        v = np.int32(acc[i, j] + corr[j])"]
+            body += ["        " + ln for ln in stmts]
+            body += [f"        Cf[{flat}] = {store}"]
+        else:   # (NCHW) the row is strided in out: a contiguous loop into a row, then stores
+            if par:   # private to the iteration
+                body.append(f"    row = np.empty(N, {qe.out_dtype_src(epi)})")
+            body += ["    for j in range(N):",
+                     "        v = np.int32(acc[i, j] + corr[j])"]
+            body += ["        " + ln for ln in stmts]
+            body += [f"        row[j] = {store}",
+                     "    for j in range(N):",
+                     f"        Cf[{flat}] = row[j]"]
         kern = [f"@numba.njit(cache=True{', parallel=True' if par else ''})",
                 f"def kernel({params}, out):",
                 '    """Every element of out is written."""'] + ["    " + ln for ln in body]
@@ -169,14 +184,18 @@ class QConv2dTemplate(QuantAnchorTemplate):
                   f"KH, KW = {g['KH']}, {g['KW']}",
                   "# per reduction index k: its input channel and its tap's offsets (dilated)",
                   "_k = np.arange(K)"]
-        if nchw:   # k = (c, kh, kw), as OIHW flattens
+        if nchw:   # k = (c, kh, kw), as OIHW flattens; image [C, H, W]
             lines += ["K_C = (_k // (KH * KW)).astype(np.int64)",
                       "K_H = ((_k // KW) % KH * DH).astype(np.int64)",
-                      "K_W = (_k % KW * DW).astype(np.int64)"]
-        else:      # k = (kh, kw, c), as HWIO flattens
+                      "K_W = (_k % KW * DW).astype(np.int64)",
+                      "IMG, ROW, PIXEL, CHANNEL = IN_C * IN_H * IN_W, IN_W, 1, IN_H * IN_W"]
+        else:      # k = (kh, kw, c), as HWIO flattens; image [H, W, C]
             lines += ["K_C = (_k % IN_C).astype(np.int64)",
                       "K_H = (_k // (KW * IN_C) * DH).astype(np.int64)",
-                      "K_W = ((_k // IN_C) % KW * DW).astype(np.int64)"]
+                      "K_W = ((_k // IN_C) % KW * DW).astype(np.int64)",
+                      "IMG, ROW, PIXEL, CHANNEL = IN_H * IN_W * IN_C, IN_W * IN_C, IN_C, 1"]
+        lines += ["K_OFF = K_C * CHANNEL + K_H * ROW + K_W * PIXEL   # flat offset of each tap",
+                  "SPAN_H, SPAN_W = (KH - 1) * DH + 1, (KW - 1) * DW + 1   # window extent"]
         return lines
 
     def operands(self, w):
@@ -196,7 +215,6 @@ class QConv2dTemplate(QuantAnchorTemplate):
 
     @staticmethod
     def _im2col_pack(nchw: bool) -> list[str]:
-        read = "X[rn[r], c, ih, iw]" if nchw else "X[rn[r], ih, iw, c]"
         return [
             "@numba.njit(cache=True)",
             "def pack_a(X, i0, p0, mc, kc, Ap):",
@@ -204,38 +222,49 @@ class QConv2dTemplate(QuantAnchorTemplate):
             "    convolution's A, packed as Ap[q, g, r, t] = A[i0 + q*MR + r, p0 + g*G + t]; taps",
             "    outside the image read the data zero point; zeros past mc rows and kc taps.",
             "",
-            "    Per panel the MR rows' image coordinates are computed once; per tap its channel and",
-            "    offsets once, then the MR rows of that tap (Ap written in order).",
+            "    Per panel, each row's window origin (a flat offset into the image, and its input",
+            "    row/column) once; per tap its flat offset; a panel whose windows all lie inside",
+            "    the image is copied without bounds tests.",
             '    """',
+            "    Xf = X.reshape(-1)",
             "    kg = (kc + G - 1) // G",
-            "    rn = np.empty(MR, np.int64)   # image of each row of the panel",
-            "    rh = np.empty(MR, np.int64)   # top-left input row of its window",
+            "    rb = np.empty(MR, np.int64)   # flat offset of each row's window origin",
+            "    rh = np.empty(MR, np.int64)   # its input row",
             "    rw = np.empty(MR, np.int64)   # and column",
             "    for q in range((mc + MR - 1) // MR):",
             "        h = min(MR, mc - q * MR)",
+            "        inside = True",
             "        for r in range(h):",
             "            i = i0 + q * MR + r",
             "            n = i // P",
             "            pix = i - n * P",
             "            oh = pix // OUT_W",
-            "            rn[r] = n",
-            "            rh[r] = oh * SH - PT",
-            "            rw[r] = (pix - oh * OUT_W) * SW - PL",
+            "            y0 = oh * SH - PT",
+            "            x0 = (pix - oh * OUT_W) * SW - PL",
+            "            rh[r] = y0",
+            "            rw[r] = x0",
+            f"            rb[r] = n * IMG + y0 * ROW + x0 * PIXEL",
+            "            if y0 < 0 or x0 < 0 or y0 + SPAN_H > IN_H or x0 + SPAN_W > IN_W:",
+            "                inside = False",
             "        for g in range(kg):",
             "            for t in range(G):",
             "                kk = g * G + t",
             "                if kk < kc:",
             "                    k = p0 + kk",
-            "                    c = K_C[k]",
-            "                    dh = K_H[k]",
-            "                    dw = K_W[k]",
-            "                    for r in range(h):",
-            "                        ih = rh[r] + dh",
-            "                        iw = rw[r] + dw",
-            "                        if 0 <= ih < IN_H and 0 <= iw < IN_W:",
-            f"                            Ap[q, g, r, t] = {read}",
-            "                        else:",
-            "                            Ap[q, g, r, t] = XZP",
+            "                    off = K_OFF[k]",
+            "                    if inside:",
+            "                        for r in range(h):",
+            "                            Ap[q, g, r, t] = Xf[rb[r] + off]",
+            "                    else:",
+            "                        dh = K_H[k]",
+            "                        dw = K_W[k]",
+            "                        for r in range(h):",
+            "                            ih = rh[r] + dh",
+            "                            iw = rw[r] + dw",
+            "                            if 0 <= ih < IN_H and 0 <= iw < IN_W:",
+            "                                Ap[q, g, r, t] = Xf[rb[r] + off]",
+            "                            else:",
+            "                                Ap[q, g, r, t] = XZP",
             "                    for r in range(h, MR):",
             "                        Ap[q, g, r, t] = 0",
             "                else:",
