@@ -152,7 +152,7 @@ def test_build_int8_bad_input(capsys, tmp_path, db_url):
     assert_usage_error(capsys, ["build", DIGITS, "--int8", "--calibration", "0", "--db", db_url],
                        "empty")
     # INT8 options without --int8
-    assert_usage_error(capsys, ["build", DIGITS, "--calibration", CALIB], "only apply with --int8")
+    assert_usage_error(capsys, ["build", DIGITS, "--calibration", CALIB], "only applies with --int8")
     # nothing was recorded
     cal = Path(db_url.replace("sqlite:///", "")).parent / "calibration"
     assert not cal.exists() or not list(cal.iterdir())

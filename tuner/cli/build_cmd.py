@@ -55,7 +55,8 @@ def int8_options(args):
         if args.calib_method != "minmax":
             given.append("--calib-method")
         if given:
-            raise UsageError(f"{', '.join(given)} only apply with --int8")
+            raise UsageError(f"{', '.join(given)} only appl{'y' if len(given) > 1 else 'ies'} "
+                             "with --int8")
         return None
     from tuner.quant.flow import Int8Options
 
