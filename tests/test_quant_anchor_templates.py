@@ -159,3 +159,19 @@ def test_unclaimed_epilogue_stays_fixed():
         acc = b.op("qconv2d", x, w, groups=2, padding=(1,) * 4)
         return _requant(b, acc, 4)
     assert _group(build).kind == "fixed"
+
+
+@pytest.mark.parametrize("name,par", [("conv NCHW 3x3 pad", "m"),
+                                      pytest.param("dense 7-bit", "n", marks=pytest.mark.slow)])
+def test_parallel_configs_are_exact(name, par):
+    """Two threads: the block loop and the epilogue rows in prange (a private row buffer)."""
+    w = CASES[name]()
+    t = get_template(w.kind)
+    sp = t.space(w, 2)
+    cfg = t.default_config(w, 1).replace(parallel=par, threads=2)
+    cfg = cfg.replace(**{"tile_m" if par == "m" else "tile_n": min(
+        v for v in sp.knob("tile_m" if par == "m" else "tile_n").values
+        if v >= (cfg["mr"] if par == "m" else cfg["nr"]))})
+    assert sp.is_valid(cfg), sp.violation(cfg)
+    assert "prange" in t.codegen(w, cfg)
+    assert check(w, cfg) is None
