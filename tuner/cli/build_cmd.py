@@ -69,6 +69,9 @@ def register(sub) -> None:
     add_model_build_args(p)
     p.add_argument("--details", action="store_true",
                    help="list every kernel: source (tuned/fallback/fixed/numpy), config or reason")
+    p.add_argument("--random-weights", type=int, default=None, metavar="SEED",
+                   help="an .onnx model with its float weights replaced by seeded random ones (as "
+                        "verify, tune model --int8 and bench model use: the same calibration)")
     p.set_defaults(handler=run)
 
 
@@ -82,6 +85,12 @@ def build_module(args, graph=None):
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
     int8 = int8_options(args)
+    seed = getattr(args, "random_weights", None)
+    if graph is None and seed is not None:
+        if not args.model.endswith(".onnx"):
+            raise UsageError("--random-weights applies to .onnx models")
+        from tuner.compiler.verify_model import prepare
+        graph = prepare(args.model, seed)[1]
     graph = graph if graph is not None else load_model(args.model)
     return build(graph, opt_level=args.opt_level, threads=threads_of(args), db=args.db,
                  strict=args.strict, tuned=not args.untuned, jobs=args.jobs, int8=int8 or False)
