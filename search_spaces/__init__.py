@@ -24,6 +24,8 @@ REGISTRY: dict[str, str] = {
     "dense": "search_spaces.templates.dense:DenseTemplate",
     "injective": "search_spaces.templates.injective:InjectiveTemplate",
     "fixed": "search_spaces.templates.fixed:FixedTemplate",
+    "qdense": "search_spaces.templates.quant_anchor:QDenseTemplate",
+    "qconv2d": "search_spaces.templates.quant_anchor:QConv2dTemplate",
 }
 _INSTANCES: dict[str, object] = {}
 _PRIORITY: dict[str, int] = {}

@@ -20,7 +20,8 @@ import math
 
 from workloads.errors import InstantiationError
 
-DTYPE_SRC = {"float32": "np.float32", "float64": "np.float64", "int32": "np.int32", "int64": "np.int64"}
+DTYPE_SRC = {"float32": "np.float32", "float64": "np.float64", "int32": "np.int32", "int64": "np.int64",
+             "uint8": "np.uint8", "int8": "np.int8"}
 
 
 def effective_shape(op: dict, k: int, shape: list[int], out_rank: int) -> tuple[int, ...]:

@@ -21,9 +21,13 @@ REGISTRY: dict[str, str] = {
     "dense": "workloads.fused:DenseGroup",
     "injective": "workloads.fused:InjectiveGroup",
     "fixed": "workloads.fused:FixedGroup",
+    "qdense": "workloads.quant_fused:QDenseGroup",
+    "qconv2d": "workloads.quant_fused:QConv2dGroup",
 }
 # kinds made from fused groups, in the order kind_of asks them; (priority, kind)
-_GROUP_KINDS: list[tuple[int, str]] = [(0, "conv2d"), (0, "depthwise_conv2d"), (0, "dense"), (0, "injective"), (-100, "fixed")]
+_GROUP_KINDS: list[tuple[int, str]] = [(0, "conv2d"), (0, "depthwise_conv2d"), (0, "dense"),
+                                       (0, "qdense"), (0, "qconv2d"), (0, "injective"),
+                                       (-100, "fixed")]
 _CLASSES: dict[str, type[Workload]] = {}
 
 

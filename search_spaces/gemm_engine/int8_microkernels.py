@@ -53,8 +53,10 @@ def empty_aligned_source(name: str, dtype: str) -> list[str]:
     ]
 
 
-def pack_a_source() -> list[str]:
-    return [
+def pack_a_source(a_layout: str = "MK") -> list[str]:
+    """``a_layout`` "MK": A is [M, K] row-major; "KM": A is given as its transpose [K, M] (a
+    batch-1 NCHW image [C, H*W] as the A of a 1x1 convolution), read ``A[k, i]``."""
+    lines = [
         "@numba.njit(cache=True)",
         "def pack_a(A, i0, p0, mc, kc, Ap):",
         '    """A[i0:i0+mc, p0:p0+kc] into MR-row panels of G-element K groups:',
@@ -76,10 +78,20 @@ def pack_a_source() -> list[str]:
         "                for t in range(G):",
         "                    Ap[q, full, r, t] = A[i + r, p0 + full * G + t] if (r < h and full * G + t < kc) else 0",
     ]
+    if a_layout == "KM":
+        lines = [ln.replace("A[i + r, k + t]", "A[k + t, i + r]")
+                 .replace("A[i + r, p0 + full * G + t]", "A[p0 + full * G + t, i + r]")
+                 .replace("A[i0:i0+mc, p0:p0+kc] into", "A^T[i0:i0+mc, p0:p0+kc] (A given as [K, M]) into")
+                 .replace("Ap[q, g, r, t] = A[i0 + q*MR + r, p0 + g*G + t]",
+                          "Ap[q, g, r, t] = A[p0 + g*G + t, i0 + q*MR + r]")
+                 for ln in lines]
+    return lines
 
 
-def pack_b_source() -> list[str]:
-    return [
+def pack_b_source(b_layout: str = "KN") -> list[str]:
+    """``b_layout`` "KN": B is [K, N] row-major; "NK": B is given as its transpose [N, K] (a
+    dense layer's or a 1x1/OIHW convolution's weight rows), read ``B[j, k]``."""
+    lines = [
         "@numba.njit(cache=True)",
         "def pack_b(B, p0, j0, kc, nc, Bp):",
         '    """B[p0:p0+kc, j0:j0+nc] into NR-column panels of G-element K groups:',
@@ -109,6 +121,14 @@ def pack_b_source() -> list[str]:
         "                for t in range(G):",
         "                    Bp[q, full, c, t] = B[p0 + full * G + t, j + c] if (c < w and full * G + t < kc) else 0",
     ]
+    if b_layout == "NK":
+        lines = [ln.replace("B[k + t, j + c]", "B[j + c, k + t]")
+                 .replace("B[p0 + full * G + t, j + c]", "B[j + c, p0 + full * G + t]")
+                 .replace("B[p0:p0+kc, j0:j0+nc] into", "B^T[p0:p0+kc, j0:j0+nc] (B given as [N, K]) into")
+                 .replace("Bp[q, g, c, t] = B[p0 + g*G + t, j0 + q*NR + c]",
+                          "Bp[q, g, c, t] = B[j0 + q*NR + c, p0 + g*G + t]")
+                 for ln in lines]
+    return lines
 
 
 def _group_loop(unroll: int, body) -> list[str]:
@@ -156,13 +176,14 @@ def micro_kernel_source(mr: int, nr: int, lanes: int, group: int, dot: str, unro
     return head + _indent(lines)
 
 
-def kernel_source(c: dict, runtime: tuple[str, ...] = (), prologue: list[str] = ()) -> list[str]:
+def kernel_source(c: dict, name: str = "kernel", runtime: tuple[str, ...] = (),
+                  prologue: list[str] = ()) -> list[str]:
     """The block loops (``loop_order``; ``parallel`` as prange), packing hoisted to where each
     block is determined, and the macro-kernel over MR x NR tiles; the tile knobs in
     ``runtime`` are arguments, set up by the ``prologue`` lines."""
     order, par = c["loop_order"], c["parallel"]
     jit = "@numba.njit(cache=True" + (", parallel=True" if par != "none" else "") + ")"
-    lines = [jit, f"def kernel({kernel_params(runtime)}):",
+    lines = [jit, f"def {name}({kernel_params(runtime)}):",
              '    """C = A @ B (uint8 x int8 -> int32), writing every element of C."""']
     body: list[str] = list(prologue)
     ind = emit_packed_block_loops(body, order, par, "Ap = empty_a(A_PANELS, KG, MR, G)   # packed A block",
@@ -178,12 +199,61 @@ def kernel_source(c: dict, runtime: tuple[str, ...] = (), prologue: list[str] = 
     return lines + _indent(body)
 
 
+def tile_constants(w, c: dict, runtime: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
+    """(module lines, kernel prologue) for the cache blocks and what follows from them (K
+    groups and panels per packed block, parallel blocks): module constants, or, for the knobs
+    in ``runtime``, set at the top of the kernel from its arguments."""
+    derived = [("KG", "(TILE_K + G - 1) // G", "K groups in one packed block"),
+               ("A_PANELS", "(TILE_M + MR - 1) // MR", "MR-row panels in one packed A block"),
+               ("B_PANELS", "(TILE_N + NR - 1) // NR", "NR-column panels in one packed B block")]
+    if c["parallel"] != "none":
+        _, _, tile, dim = _AXIS[c["parallel"]]
+        derived.append((f"{dim}_BLOCKS", f"({dim} + {tile} - 1) // {tile}", f"parallel {dim} blocks"))
+    return tile_section(w, c, runtime, derived)
+
+
+def constants(w, c: dict, runtime: tuple[str, ...] = ()) -> list[str]:
+    """The module constants of the engine for GEMM ``w`` (M, N, K) and a validated config
+    (cache blocks among them unless they are ``runtime`` arguments: ``tile_constants``)."""
+    group, _, _ = OPERANDS[c["dot"]]
+    return [
+        f"M, N, K = {w.M}, {w.N}, {w.K}",
+        "ZERO = np.int32(0)",
+        f"MR, NR = {c['mr']}, {c['nr']}   # register micro-tile",
+        f"G = {group}   # K elements per group (one 32-bit lane of a dot-product instruction)",
+        f"LANES = {c['vec'] // 32}   # int32 lanes per {c['vec']}-bit vector",
+    ] + tile_constants(w, c, runtime)[0]
+
+
+def imports(c: dict) -> list[str]:
+    return ["import numba",
+            "import numpy as np",
+            *(["from numba import prange"] if c["parallel"] != "none" else []),
+            "from search_spaces.runtime.simd import vadd, vload, vload2, vsplat, vstore, vstore2",
+            f"from search_spaces.runtime.simd_int8 import vbroadcast_group, vdot_{c['dot']}"]
+
+
+def engine_parts(c: dict, *, pack_a: list[str] | None = None, b_layout: str = "KN",
+                 name: str = "kernel", runtime: tuple[str, ...] = (),
+                 prologue: list[str] = ()) -> list[list[str]]:
+    """The functions of the engine (after ``constants``): aligned buffers, packing (``pack_a``
+    replaces the A packing, e.g. an implicit im2col), micro-kernel and the blocked ``name``
+    (taking the ``runtime`` tile knobs as arguments, set up by ``prologue``)."""
+    group, a_pack, b_pack = OPERANDS[c["dot"]]
+    lanes = c["vec"] // 32
+    return [empty_aligned_source("empty_a", a_pack),
+            empty_aligned_source("empty_b", b_pack),
+            pack_a if pack_a is not None else pack_a_source(), pack_b_source(b_layout),
+            micro_kernel_source(c["mr"], c["nr"], lanes, group, c["dot"], c["unroll_k"],
+                                "KG" if "tile_k" not in runtime else None),
+            kernel_source(c, name, runtime, prologue)]
+
+
 def generate(w, c: dict, version: int, template: str = "gemm_int8",
              runtime: tuple[str, ...] = ()) -> str:
     """The whole module for workload ``w`` (a quantized ``Gemm``) and a validated config; the
     tile knobs in ``runtime`` are kernel arguments (not in the source)."""
-    group, a_pack, b_pack = OPERANDS[c["dot"]]
-    lanes = c["vec"] // 32
+    group, _, _ = OPERANDS[c["dot"]]
     shown = {k: v for k, v in sorted(c.items()) if k not in runtime and k != "threads"}
     config_json = json.dumps(shown, separators=(", ", ": "))
     called = ([f"Called as kernel({kernel_params(runtime)}): {', '.join(runtime)} are arguments,",
@@ -198,32 +268,10 @@ def generate(w, c: dict, version: int, template: str = "gemm_int8",
         f"K groups of {group} -> macro-kernel over MR x NR register tiles -> vdot_{c['dot']} micro-kernel.",
         *called,
         '"""',
-        "import numba",
-        "import numpy as np",
-        *(["from numba import prange"] if c["parallel"] != "none" else []),
-        "from search_spaces.runtime.simd import vadd, vload, vload2, vsplat, vstore, vstore2",
-        f"from search_spaces.runtime.simd_int8 import vbroadcast_group, vdot_{c['dot']}",
+        *imports(c),
         "",
-        f"M, N, K = {w.M}, {w.N}, {w.K}",
-        "ZERO = np.int32(0)",
-        f"MR, NR = {c['mr']}, {c['nr']}   # register micro-tile",
-        f"G = {group}   # K elements per group (one 32-bit lane of a dot-product instruction)",
-        f"LANES = {lanes}   # int32 lanes per {c['vec']}-bit vector",
+        *constants(w, c, runtime),
     ]
-    par = c["parallel"]
-    derived = [("KG", "(TILE_K + G - 1) // G", "K groups in one packed block"),
-               ("A_PANELS", "(TILE_M + MR - 1) // MR", "MR-row panels in one packed A block"),
-               ("B_PANELS", "(TILE_N + NR - 1) // NR", "NR-column panels in one packed B block")]
-    if par != "none":
-        _, _, tile, dim = _AXIS[par]
-        derived.append((f"{dim}_BLOCKS", f"({dim} + {tile} - 1) // {tile}", f"parallel {dim} blocks"))
-    module, prologue = tile_section(w, c, runtime, derived)
-    head += module
-    parts = [head,
-             empty_aligned_source("empty_a", a_pack),
-             empty_aligned_source("empty_b", b_pack),
-             pack_a_source(), pack_b_source(),
-             micro_kernel_source(c["mr"], c["nr"], lanes, group, c["dot"], c["unroll_k"],
-                                 "KG" if "tile_k" not in runtime else None),
-             kernel_source(c, runtime, prologue)]
+    prologue = tile_constants(w, c, runtime)[1]
+    parts = [head] + engine_parts(c, runtime=runtime, prologue=prologue)
     return "\n\n\n".join("\n".join(p) for p in parts) + "\n"

@@ -34,9 +34,36 @@ def _body_nodes(w):
     return body, params, [n for n in body.nodes if n.is_compute]
 
 
+QUANT_OPS = ("quantize", "dequantize")
+
+
+def has_quant(w) -> bool:
+    return any(n.op in QUANT_OPS for n in _body_nodes(w)[2])
+
+
+def quant_scalar_op(n, args: list[str]) -> str:
+    """``quantize``/``dequantize`` of one element, in the reference's float32 arithmetic
+    (``workloads.graph.ops.quant``; the kernel is compiled without fastmath so the division
+    stays a division)."""
+    a = n.attrs
+    if n.op == "dequantize":
+        return (f"np.float32(np.int32({args[0]}) - np.int32({a['zero_point']})) "
+                f"* np.float32({float(a['scale'])!r})")
+    from workloads.graph.ops.quant import clamp_bounds
+    qmin, qmax = clamp_bounds(a)
+    return (f"{DTYPE_SRC[a['dtype']]}(min(max(np.rint(np.float32({args[0]}) / "
+            f"np.float32({float(a['scale'])!r})) + np.float32({a['zero_point']}), "
+            f"np.float32({qmin})), np.float32({qmax})))")
+
+
 def loops_ok(w) -> bool:
-    """Every member op elementwise/broadcast (and a bias_add's bias a parameter)."""
+    """Every member op elementwise/broadcast (and a bias_add's bias a parameter); with
+    quantize/dequantize, every other op computes in the group's output dtype."""
     body, params, ops = _body_nodes(w)
+    if any(n.op in QUANT_OPS for n in ops):
+        return all(n.op in QUANT_OPS or (n.op in ELEMENTWISE_OPS and n.op != "divide"
+                                         and n.op != "bias_add" and n.type.dtype == w.dtype)
+                   for n in ops)
     for n in ops:
         if n.op not in ELEMENTWISE_OPS:
             return False
@@ -87,6 +114,15 @@ def _array_op(n, args: list[str], types) -> str:
         return f"np.concatenate(({', '.join(args)},), axis={a['axis'] % len(shape)})"
     if op == "constant_of_shape":
         return f"np.full({shp}, {DTYPE_SRC[a['dtype']]}({a['value']!r}))"
+    if op == "dequantize":
+        return (f"((np.asarray({args[0]}).astype(np.int32) - np.int32({a['zero_point']})).astype(np.float32)"
+                f" * np.float32({float(a['scale'])!r}))")
+    if op == "quantize":
+        from workloads.graph.ops.quant import clamp_bounds
+        qmin, qmax = clamp_bounds(a)
+        return (f"np.minimum(np.maximum(np.rint(np.asarray({args[0]}).astype(np.float32) / "
+                f"np.float32({float(a['scale'])!r})) + np.float32({a['zero_point']}), "
+                f"np.float32({qmin})), np.float32({qmax})).astype({DTYPE_SRC[a['dtype']]})")
     raise InstantiationError(f"op {op!r} has no generated code")
 
 
@@ -98,7 +134,9 @@ class InjectiveTemplate(Template):
 
     def space(self, workload, max_threads: int = 1) -> ConfigSpace:
         forms = ("loops",) if loops_ok(workload) else ("gather",) if gather_ok(workload) else ()
-        knobs = [Knob("formulation", forms + ("numpy",), False,
+        if not (has_quant(workload) and forms == ("loops",)):
+            forms += ("numpy",)   # quantized: exact either way; the loop nest materialises nothing
+        knobs = [Knob("formulation", forms, False,
                       "one scalar loop nest, copy loops over the index map, or NumPy array code"),
                  Knob("threads", tuple(range(1, max(1, max_threads) + 1)), True,
                       "Numba threads (loops, gather: prange over the outermost dimension)")]
@@ -177,9 +215,12 @@ class InjectiveTemplate(Template):
                 ch = effective_shape({"op": "bias_add", "attrs": dict(n.attrs)}, 1,
                                      list(body.type_of(n.inputs[1]).shape), rank)
                 args[1] = f"e{params[n.inputs[1]]}[{index_of(ch)}]"
-            lines.append(f"{ind}t{k} = {scalar_op(n.op, dict(n.attrs), args, w.dtype)}   # {n.op}")
+            expr = quant_scalar_op(n, args) if n.op in QUANT_OPS else \
+                scalar_op(n.op, dict(n.attrs), args, w.dtype)
+            lines.append(f"{ind}t{k} = {expr}   # {n.op}")
             names[n.name] = f"t{k}"
         lines.append(f"{ind}Cf[{index_of(shape)}] = {names[body.outputs[0]]}")
-        jit = "@numba.njit(cache=True, fastmath=True" + (", parallel=True)" if par else ")")
+        fast = "False" if any(n.op in QUANT_OPS for n in ops) else "True"   # exact quantize
+        jit = f"@numba.njit(cache=True, fastmath={fast}" + (", parallel=True)" if par else ")")
         doc = f'    """One loop nest over {list(shape)}; parameters read through broadcast strides."""'
         return [jit, f"def kernel({sig}):", doc] + ["    " + ln for ln in lines]

@@ -43,7 +43,13 @@ def register(sub) -> None:
     mb.add_argument("model", metavar="MODEL", help="an .onnx model (extra .[onnx])")
     mb.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     mb.add_argument("--groups", default="ANBCD",
-                    help="A ONNX Runtime, N NumPy executor, B no passes, C + passes, D + tuned")
+                    help="A ONNX Runtime, N NumPy executor, B no passes, C + passes, D + tuned, "
+                         "E C + INT8, F D + INT8 (tuned int8 records), Q ONNX Runtime INT8")
+    mb.add_argument("--calibration", type=int, default=16, metavar="N",
+                    help="INT8 groups: seeded random calibration inputs (default 16)")
+    mb.add_argument("--calib-method", default="minmax", choices=("minmax", "percentile", "entropy"))
+    mb.add_argument("--agreement", type=int, default=200, metavar="N",
+                    help="INT8 groups: seeded inputs for the top-1 agreement with FP32 (default 200)")
     mb.add_argument("--repeat", type=int, default=20, help="timed runs per contender")
     mb.add_argument("--seed", type=int, default=0, help="random weights seed")
     mb.add_argument("--jobs", type=int, default=None, help="compile processes")
@@ -223,14 +229,17 @@ def run_model(args) -> int:
     threads = _ints(args.threads, "--threads")
     if max(threads) > usable_cores():
         raise UsageError(f"--threads {max(threads)}: this machine allows 1..{usable_cores()}")
-    if not args.groups or set(args.groups) - set("ANBCD"):
-        raise UsageError(f"--groups must be letters of ANBCD, got {args.groups!r}")
+    if not args.groups or set(args.groups) - set("ANBCDEFQ"):
+        raise UsageError(f"--groups must be letters of ANBCDEFQ, got {args.groups!r}")
+    if args.calibration < 1 or args.agreement < 1:
+        raise UsageError("--calibration and --agreement must be >= 1")
     if not args.model.endswith(".onnx"):
         raise UsageError(f"bench model compares with ONNX Runtime: give an .onnx model, not {args.model}")
     if args.repeat < 3:
         raise UsageError(f"--repeat must be >= 3, got {args.repeat}")
     data = bench_model(args.model, threads, groups=args.groups, seed=args.seed, repeat=args.repeat,
-                       db=args.db, jobs=args.jobs)
+                       db=args.db, jobs=args.jobs, calibration=args.calibration,
+                       agreement=args.agreement, calib_method=args.calib_method)
     path = write_results(data, _out(args, "model"))
     print()
     print(table_markdown(data))

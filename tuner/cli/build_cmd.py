@@ -22,6 +22,46 @@ def add_model_build_args(p) -> None:
                    help="ignore the records: template default configs everywhere")
     p.add_argument("--jobs", type=int, default=None,
                    help="compile processes (default: usable cores)")
+    add_int8_args(p)
+
+
+def add_int8_args(p) -> None:
+    """``--int8`` and its calibration options (build, run-model, verify, tune model)."""
+    q = p.add_argument_group("INT8 (quantized build)")
+    q.add_argument("--int8", action="store_true",
+                   help="calibrate, quantize (uint8 activations, int8 per-channel weights) and "
+                        "build the quantized graph; the summary adds its coverage")
+    q.add_argument("--calibration", default=None, metavar="N|FILE",
+                   help="with --int8: N seeded random inputs (default 32, as verify feeds) or a "
+                        ".npy/.npz file of real inputs")
+    q.add_argument("--calib-method", default="minmax", choices=("minmax", "percentile", "entropy"),
+                   help="with --int8: calibration method (default minmax)")
+    q.add_argument("--percentile", type=float, default=99.99, help="for --calib-method percentile")
+    w = q.add_mutually_exclusive_group()
+    w.add_argument("--reduce-range", dest="reduce_range", action="store_true", default=None,
+                   help="7-bit weights [-64, 64] (default without AVX-512 VNNI)")
+    w.add_argument("--full-range", dest="reduce_range", action="store_false",
+                   help="8-bit weights [-127, 127] (default with AVX-512 VNNI)")
+
+
+def int8_options(args):
+    """``Int8Options`` from ``--int8`` and its options (None without ``--int8``; the
+    INT8 options without it are a usage error)."""
+    from workloads.errors import UsageError
+
+    if not getattr(args, "int8", False):
+        given = [o for o, v in (("--calibration", args.calibration),
+                                ("--reduce-range/--full-range", args.reduce_range)) if v is not None]
+        if args.calib_method != "minmax":
+            given.append("--calib-method")
+        if given:
+            raise UsageError(f"{', '.join(given)} only appl{'y' if len(given) > 1 else 'ies'} "
+                             "with --int8")
+        return None
+    from tuner.quant.flow import Int8Options
+
+    return Int8Options(calibration=args.calibration or "32", method=args.calib_method,
+                       percentile=args.percentile, reduce_range=args.reduce_range)
 
 
 def register(sub) -> None:
@@ -29,6 +69,9 @@ def register(sub) -> None:
     add_model_build_args(p)
     p.add_argument("--details", action="store_true",
                    help="list every kernel: source (tuned/fallback/fixed/numpy), config or reason")
+    p.add_argument("--random-weights", type=int, default=None, metavar="SEED",
+                   help="an .onnx model with its float weights replaced by seeded random ones (as "
+                        "verify, tune model --int8 and bench model use: the same calibration)")
     p.set_defaults(handler=run)
 
 
@@ -41,9 +84,16 @@ def build_module(args, graph=None):
 
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
+    int8 = int8_options(args)
+    seed = getattr(args, "random_weights", None)
+    if graph is None and seed is not None:
+        if not args.model.endswith(".onnx"):
+            raise UsageError("--random-weights applies to .onnx models")
+        from tuner.compiler.verify_model import prepare
+        graph = prepare(args.model, seed)[1]
     graph = graph if graph is not None else load_model(args.model)
     return build(graph, opt_level=args.opt_level, threads=threads_of(args), db=args.db,
-                 strict=args.strict, tuned=not args.untuned, jobs=args.jobs)
+                 strict=args.strict, tuned=not args.untuned, jobs=args.jobs, int8=int8 or False)
 
 
 def run(args) -> int:
@@ -59,4 +109,19 @@ def run(args) -> int:
         print(f"memory plan: {human_bytes(s.planned_bytes)} of reused buffers for "
               f"{human_bytes(s.naive_bytes)} of intermediate values\n")
         print(module.details())
+        if s.quant:
+            print(quant_details(s.quant))
     return 0
+
+
+def quant_details(q: dict) -> str:
+    """The coverage of an int8 build in full: calibration, ops both ways, why each FP32 op stayed."""
+    lines = [f"\nINT8: calibration {q['method']} on {q['calibration']} (record {q['calibration_record']}); "
+             f"weights {'int8 [-64, 64] (reduce_range)' if q['reduce_range'] else 'int8 [-127, 127]'}, "
+             "uint8 asymmetric activations",
+             f"  quantized: {', '.join(f'{op} x{n}' for op, n in q['quantized_by_op'].items()) or 'none'}",
+             f"  FP32:      {', '.join(f'{op} x{n}' for op, n in q['fp32_by_op'].items()) or 'none'}"]
+    lines += [f"    %{name}: {why}" for name, why in q["fp32_reasons"].items()]
+    lines.append(f"  conversions: {q['quantize_ops']} quantize + {q['dequantize_ops']} dequantize; "
+                 f"{q['quantized_numpy']} of {q['quantized_kernels']} quantized kernels run with NumPy")
+    return "\n".join(lines)

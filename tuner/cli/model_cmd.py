@@ -52,13 +52,59 @@ def run_model(args) -> int:
     return 0
 
 
+def run_verify_int8(args) -> int:
+    """``verify --int8``: the int8 build against the NumPy executor of its quantized graph,
+    kernel by kernel (integers exactly) and end to end."""
+    from tuner.cli.build_cmd import build_module
+    from tuner.cli.common import print_json
+    from tuner.compiler.verify_model import verify_int8
+    from tuner.frontend import load_model
+
+    if args.random_weights is not None:
+        if not args.model.endswith(".onnx"):
+            from workloads.errors import UsageError
+            raise UsageError("--random-weights applies to .onnx models")
+        from tuner.compiler.verify_model import prepare
+        graph = prepare(args.model, args.random_weights)[1]
+    else:
+        graph = load_model(args.model)
+    module = build_module(args, graph)
+    rtol = 1e-5 if args.rtol == 1e-3 else args.rtol
+    atol = 1e-6 if args.atol == 1e-4 else args.atol
+    res = verify_int8(graph, module=module, input_seed=args.input_seed, rtol=rtol, atol=atol)
+    if args.json:
+        print_json({"model": args.model, "ok": res.ok, "rtol": res.rtol, "atol": res.atol,
+                    "summary": res.summary, "outputs": [o.__dict__ for o in res.outputs],
+                    "steps": [s.__dict__ for s in res.steps]})
+        return 0 if res.ok else 1
+    print(module.summary.line(args.model))
+    ints = [s for s in res.steps if s.dtype not in ("float32", "float64")]
+    bad = [s for s in res.steps if s.mismatches]
+    print(f"{res.model} INT8 vs the NumPy executor of its quantized graph: {len(res.steps)} kernels "
+          f"checked one by one ({len(ints)} with integer outputs, compared exactly; float within "
+          f"rtol {res.rtol:g}, atol {res.atol:g})")
+    for s in bad:
+        print(f"  MISMATCH %{s.name} ({s.label}, {s.source}, {s.dtype}): {s.mismatches} elements, "
+              f"max abs difference {s.max_abs:g}")
+    for o in res.outputs:
+        print(f"  {o.name} {list(o.shape)}: max abs error {o.max_abs:.3g}, "
+              f"max rel error {o.max_rel:.3g}  {'ok' if o.ok else 'MISMATCH'}")
+    print("PASS" if res.ok else "FAIL: the int8 module differs from its reference")
+    return 0 if res.ok else 1
+
+
 def run_verify(args) -> int:
     from tuner.compiler.verify_model import verify_onnx
     from tuner.cli.common import print_json, threads_of
     from workloads.errors import UsageError
 
+    if args.int8:
+        return run_verify_int8(args)
+
     if not args.model.endswith(".onnx"):
         raise UsageError(f"verify compares with ONNX Runtime: give an .onnx model, not {args.model}")
+    from tuner.cli.build_cmd import int8_options
+    int8_options(args)   # INT8 options without --int8: usage error
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
     res = verify_onnx(args.model, seed=args.random_weights, threads=threads_of(args),

@@ -60,6 +60,22 @@ def run(args) -> int:
     return 0
 
 
+def int8_graph(model: str, int8, random_weights: int | None, db: str | None):
+    """The quantized graph of ``model`` a ``build --int8`` of the same options compiles."""
+    from tuner.frontend import load_model
+    from tuner.quant.flow import quantize_for_build
+    from workloads.errors import UsageError
+
+    if random_weights is not None:
+        if not model.endswith(".onnx"):
+            raise UsageError("--random-weights applies to .onnx models")
+        from tuner.compiler.verify_model import prepare
+        graph = prepare(model, random_weights)[1]
+    else:
+        graph = load_model(model)
+    return quantize_for_build(graph, int8, db).quantized.graph
+
+
 def tune_model_cmd(args) -> int:
     """``python -m tuner tune model MODEL --trials N``: every task of the model, one store."""
     import shlex
@@ -89,7 +105,17 @@ def tune_model_cmd(args) -> int:
         print(f"model    : {args.model} (opt level {args.opt_level})")
         print(f"target   : {target.key}, {threads} thread(s); db {store.url}")
         print(f"budget   : {args.trials} trials over the model's tasks, strategy {args.strategy}")
-    report = tune_model(args.model, trials=args.trials, store=store, target=target,
+    from tuner.cli.build_cmd import int8_options
+    int8 = int8_options(args)
+    graph = args.model
+    if int8 is not None:
+        graph = int8_graph(args.model, int8, getattr(args, "random_weights", None), args.db)
+        if not args.json:
+            print(f"int8     : tasks of the quantized graph (calibration {int8.method} on "
+                  f"{int8.calibration}{'' if args.random_weights is None else f', random weights {args.random_weights}'})")
+    elif getattr(args, "random_weights", None) is not None:
+        raise UsageError("--random-weights only applies with --int8 (float tasks do not depend on weights)")
+    report = tune_model(graph, trials=args.trials, store=store, target=target,
                         threads=threads, opt_level=args.opt_level, strategy=args.strategy,
                         round_size=args.batch_size, seed=args.seed, measure_opts=mopts,
                         progress=False, log_path=args.log or None,

@@ -45,6 +45,11 @@ def register(sub) -> None:
                    help="tune model: skip building the model with defaults and with the records "
                         "and timing both at the end")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    from tuner.cli.build_cmd import add_int8_args
+    add_int8_args(p)   # tune model --int8: the tasks of the quantized graph
+    p.add_argument("--random-weights", type=int, default=None, metavar="SEED",
+                   help="tune model --int8 on an .onnx model: calibrate it with seeded random "
+                        "weights (as verify and bench model do), so the zero points match theirs")
     p.set_defaults(handler=run)
 
 
@@ -55,6 +60,10 @@ def run(args) -> int:
         from tuner.cli.tasks_cmd import tune_model_cmd
 
         return tune_model_cmd(args)
+    if args.int8 or args.random_weights is not None:
+        from workloads.errors import UsageError
+        raise UsageError("--int8 and --random-weights apply to tune model (a GEMM's int8 form is "
+                         "--dtype int8 or int8w7)")
     workload = workload_of(args)
     threads = threads_of(args)
     r = tune(workload, trials=args.trials, strategy=args.strategy, threads=threads,

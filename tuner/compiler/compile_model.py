@@ -231,7 +231,7 @@ def classify_groups(g: Graph, inplace_concat: bool = True):
 def build(graph: Graph, *, opt_level: int = 2, threads: int = 1, db: str | None = None,
           store=None, strict: bool = False, tuned: bool = True, jobs: int | None = None,
           layout: str = "NHWC", name: str | None = None, warmup: bool = True,
-          inplace_concat: bool = True) -> Module:
+          inplace_concat: bool = True, int8=False) -> Module:
     """An executable module for ``graph`` (see the module docstring).
 
     ``opt_level``: the pass pipeline (0: no graph optimisation, one op per kernel; 2:
@@ -239,6 +239,9 @@ def build(graph: Graph, *, opt_level: int = 2, threads: int = 1, db: str | None 
     ``db``/``store``: the records. ``strict``: a missing record is ``NoRecordError``.
     ``tuned=False``: template defaults everywhere. ``jobs``: compile processes (default:
     usable cores). ``inplace_concat=False`` copies every concatenation (for comparisons).
+    ``int8``: True or a ``tuner.quant.flow.Int8Options``: calibrate, quantize (uint8
+    activations, int8 weights) and build the quantized graph; ``module.summary.quant`` holds
+    the coverage and ``module.quantized`` the quantization run (its graph is the reference).
     """
     from tuner.dispatch import load_kernel, open_store
     from tuner.target import usable_cores
@@ -247,6 +250,12 @@ def build(graph: Graph, *, opt_level: int = 2, threads: int = 1, db: str | None 
     if threads < 1 or threads > usable_cores():
         raise UsageError(f"threads={threads}: this machine allows 1..{usable_cores()}")
     name = name or graph.name
+    qrun = None
+    if int8:
+        from tuner.quant.flow import quantize_for_build
+
+        qrun = quantize_for_build(graph, int8, db)
+        graph = qrun.quantized.graph
     g = pipeline(graph, opt_level, layout)
     store = store if store is not None else (open_store(db) if tuned else None)
     cache = settings.cache_dir()
@@ -331,12 +340,39 @@ def build(graph: Graph, *, opt_level: int = 2, threads: int = 1, db: str | None 
                      and (s.config or {}).get("formulation") == "numpy")
     summary = Summary(name, counts, len(views), plan.total_bytes, plan.naive_bytes, threads,
                       opt_level, 0.0, array_code=array_code)
+    if qrun is not None:
+        summary.quant = quant_summary(qrun, steps, groups)
     module = Module(name, inputs, steps, outputs, summary, threads)
+    module.quantized = qrun
     if warmup:
         module.run([np.zeros(b.shape, b.dtype) for _, b in inputs], copy=False)
     summary.compile_seconds = time.perf_counter() - t_compile
     summary.build_seconds = time.perf_counter() - t_start
     return module
+
+
+QUANT_OPS = frozenset({"quantize", "dequantize", "requantize", "qconv2d", "qdense", "qadd"})
+
+
+def is_quantized_group(node: Node) -> bool:
+    """A fused group that computes on 8-bit values (a quantized op or a uint8/int8 tensor)."""
+    return any(n.op in QUANT_OPS or (n.type is not None and n.type.dtype in ("uint8", "int8"))
+               for n in node.body.nodes if n.is_compute)
+
+
+def quant_summary(qrun, steps: list[Step], groups: list[Node]) -> dict:
+    """Coverage of an int8 build: the Quantize pass's op counts and conversions, and how many
+    kernels of quantized groups run generated code vs the NumPy reference."""
+    cov = qrun.quantized.coverage.to_dict()
+    qgroups = {n.name for n in groups if is_quantized_group(n)}
+    qsteps = [s for s in steps if s.name in qgroups and s.source != "view"]
+    cov["quantized_kernels"] = len(qsteps)
+    cov["quantized_numpy"] = sum(1 for s in qsteps if s.source == "numpy")
+    cov["reduce_range"] = qrun.quantized.reduce_range
+    cov["calibration"] = qrun.calibration.samples
+    cov["method"] = qrun.calibration.method
+    cov["calibration_record"] = str(qrun.record)
+    return cov
 
 
 def _numpy_step(node: Node):

@@ -47,6 +47,7 @@ class Summary:
     build_seconds: float
     compile_seconds: float = 0.0
     array_code: int = 0   # generated kernels whose config is NumPy array code (not loops)
+    quant: dict | None = None      # int8 builds: coverage (``compile_model.quant_summary``)
 
     @property
     def kernels(self) -> int:
@@ -56,11 +57,23 @@ class Summary:
         c = self.counts
         n = self.views
         views = f" (+{n} reshape/concat group{'s' if n != 1 else ''} run in place)" if n else ""
-        return (f"built {self.name}: {self.kernels} kernels{views}: {c['tuned']} tuned, "
-                f"{c['fallback']} fallback configs, {c['fixed']} fixed, {c['numpy']} numpy"
+        return (f"built {self.name}{' INT8' if self.quant else ''}: {self.kernels} kernels{views}: "
+                f"{c['tuned']} tuned, {c['fallback']} fallback configs, {c['fixed']} fixed, "
+                f"{c['numpy']} numpy"
                 + (f" (+{self.array_code} generated as NumPy array code)" if self.array_code else "")
-                + "; "
-                f"details: python -m tuner build {model} --details")
+                + f"; {self.quant_line() + '; ' if self.quant else ''}"
+                f"details: python -m tuner build {model}{' --int8' if self.quant else ''} --details")
+
+    def quant_line(self) -> str:
+        """Coverage of an int8 build (issue item 5): ops quantized vs left in FP32, the
+        quantize/dequantize conversions, and quantized kernels left to NumPy."""
+        q = self.quant
+        fp = ", ".join(f"{op} x{n}" for op, n in q["fp32_by_op"].items())
+        return (f"int8: {q['ops_quantized']} ops quantized, {q['ops_fp32']} left in FP32"
+                f"{' (' + fp + ')' if fp else ''}, {q['conversions']} conversions "
+                f"({q['quantize_ops']} quantize + {q['dequantize_ops']} dequantize), "
+                f"{q['quantized_numpy']} of {q['quantized_kernels']} quantized kernels numpy")
+
 
 
 @dataclass
@@ -114,6 +127,7 @@ class Module:
         self._outputs = outputs
         self.summary = summary
         self.threads = threads
+        self.quantized = None          # int8 builds: the tuner.quant.flow.QuantRun
         self._calls = [(s.fn, s.args) for s in steps if s.fn is not None]
 
     @property
@@ -157,6 +171,17 @@ class Module:
         return [o.copy() for o in self._outputs] if copy else list(self._outputs)
 
     __call__ = run
+
+    def run_steps(self, inputs, after: Callable[[Step], None]) -> list[np.ndarray]:
+        """``run``, calling ``after(step)`` once each step has written its output (views
+        included; the output is ``step.args[-1]`` for kernels). For step-by-step checks."""
+        self._bind(inputs)
+        self._set_threads()
+        for s in self.steps:
+            if s.fn is not None:
+                s.fn(*s.args)
+            after(s)
+        return [o.copy() for o in self._outputs]
 
     def time(self, inputs, *, warmup: int = 2, repeat: int = 20,
              max_seconds: float = 20.0) -> Timing:

@@ -106,3 +106,75 @@ def verify_onnx(path: str, *, seed: int | None = None, threads: int = 1, opt_lev
     for name, g, e in zip(graph.outputs, got, expected):
         res.outputs.append(compare(name, g, np.asarray(e), rtol, atol))
     return res
+
+
+@dataclass
+class StepCheck:
+    """One kernel of an int8 build against the NumPy reference of its fused group."""
+
+    name: str
+    label: str
+    source: str
+    dtype: str
+    mismatches: int          # integer outputs: elements that differ; float: outside tolerance
+    max_abs: float
+
+
+@dataclass
+class Int8VerifyResult(VerifyResult):
+    steps: list[StepCheck] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return super().ok and all(s.mismatches == 0 for s in self.steps)
+
+
+def verify_int8(graph, *, inputs: list | None = None, input_seed: int = 0, rtol: float = 1e-5,
+                atol: float = 1e-6, module=None, **build_options) -> Int8VerifyResult:
+    """An int8 build checked against the NumPy executor of its quantized graph.
+
+    Step by step: the optimized quantized graph's fused groups run with the NumPy reference
+    (each on the reference's own values), and after each kernel of the module its output is
+    compared with the group's: integer outputs (uint8, int8, int32) **exactly**, float outputs
+    within ``rtol``/``atol``. End to end: the module's outputs against ``execute`` of the
+    quantized graph (before the pass pipeline) within ``rtol``/``atol``.
+    ``build_options`` go to ``build`` (``int8`` defaults to True); ``module`` reuses a build.
+    """
+    from tuner.compiler.compile_model import build, pipeline
+    from workloads.graph.executor import execute, random_inputs
+
+    if module is None:
+        build_options.setdefault("int8", True)
+        module = build(graph, **build_options)
+    qrun = module.quantized
+    if qrun is None:
+        raise UsageError("verify_int8 needs a module built with int8")
+    qgraph = qrun.quantized.graph
+    inputs = inputs if inputs is not None else random_inputs(qgraph, seed=input_seed)
+    g = pipeline(qgraph, module.summary.opt_level)
+    env = {p.name: np.asarray(x) for p, x in zip(g.inputs, inputs)}
+    env.update({n.name: np.asarray(n.value.array) for n in g.nodes if n.is_const})
+    nodes = {n.name: n for n in g.nodes}
+    res = Int8VerifyResult(module.name, rtol=rtol, atol=atol, summary=module.summary.line())
+
+    def after(step) -> None:
+        node = nodes[step.name]
+        ref = np.asarray(execute(node.body, [env[i] for i in node.inputs])[0])
+        env[step.name] = ref
+        if step.source == "view":
+            return
+        got = step.args[-1]
+        if ref.dtype.kind in "iu":
+            bad = int((got.astype(np.int64) != ref.astype(np.int64)).sum())
+            err = float(np.abs(got.astype(np.int64) - ref.astype(np.int64)).max()) if ref.size else 0.0
+        else:
+            diff = np.abs(got.astype(np.float64) - ref.astype(np.float64))
+            bad = int((~np.isclose(got, ref, rtol=rtol, atol=atol)).sum())
+            err = float(diff.max()) if diff.size else 0.0
+        res.steps.append(StepCheck(step.name, step.label, step.source, ref.dtype.name, bad, err))
+
+    got = module.run_steps(inputs, after)
+    expected = execute(qgraph, inputs)
+    for name, a, e in zip(qgraph.outputs, got, expected):
+        res.outputs.append(compare(name, a, np.asarray(e), rtol, atol))
+    return res

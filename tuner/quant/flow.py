@@ -51,3 +51,38 @@ def quantize_model(graph: Graph, samples: Samples, *, method: str, percentile: f
         records.save(path, calib, model=graph.name, digest=digest, reduce_range=reduce_range,
                      target=target)
     return QuantRun(fp, calib, qg, path, reused)
+
+
+@dataclass(frozen=True)
+class Int8Options:
+    """How ``build(..., int8=...)`` quantizes: calibration inputs (a count of seeded random
+    inputs, a .npy/.npz path or ``Samples``), method, percentile, weight range (None: this
+    target's default), and where calibration records go (``db``)."""
+
+    calibration: object = 32
+    method: str = "minmax"
+    percentile: float = 99.99
+    reduce_range: bool | None = None
+    recalibrate: bool = False
+
+
+def quantize_for_build(graph: Graph, options: "Int8Options | bool", db: str | None = None) -> QuantRun:
+    """The quantized graph a build compiles: calibration (stored or reused) and the Quantize
+    pass, exactly as ``python -m tuner quantize`` does it; bad calibration input and a model
+    with nothing to quantize are ``UsageError`` before anything is recorded."""
+    from workloads.errors import UsageError
+    from workloads.graph.quant_params import default_reduce_range
+    from tuner.quant.calibrate import METHODS, samples_from_arg
+    from tuner.target import host_target
+
+    opts = Int8Options() if options is True else options
+    if not isinstance(opts, Int8Options):
+        raise UsageError(f"int8 must be True or an Int8Options, got {type(options).__name__}")
+    if opts.method not in METHODS:
+        raise UsageError(f"calibration method must be one of {', '.join(METHODS)}, got {opts.method!r}")
+    samples = opts.calibration if isinstance(opts.calibration, Samples) \
+        else samples_from_arg(graph, str(opts.calibration))
+    reduce_range = default_reduce_range(host_target().features) if opts.reduce_range is None \
+        else bool(opts.reduce_range)
+    return quantize_model(graph, samples, method=opts.method, percentile=opts.percentile,
+                          reduce_range=reduce_range, db=db, recalibrate=opts.recalibrate)

@@ -44,10 +44,12 @@ def ort_agreement(model, graph: Graph, calib: Samples, inputs: Samples, *, reduc
         return {"status": "failed", "version": ort.__version__, "error": msg}
 
 
-def _run(model, graph: Graph, calib: Samples, inputs: Samples, reduce_range: bool, method: str,
-         percentile: float) -> dict:
+def quantize_with_ort(model, graph: Graph, calib: Samples, *, reduce_range: bool, method: str,
+                      percentile: float = 99.99) -> bytes:
+    """The model quantized by ONNX Runtime's ``quantize_static`` (QDQ, per channel, U8
+    activations, S8 weights, ``reduce_range``, the calibration method and samples given), as
+    serialized ONNX bytes."""
     import onnx
-    import onnxruntime as ort
     from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod,
                                           QuantFormat, QuantType, quantize_static)
 
@@ -80,18 +82,30 @@ def _run(model, graph: Graph, calib: Samples, inputs: Samples, reduce_range: boo
                                 extra_options={"CalibPercentile": percentile})
         finally:
             root.setLevel(level)
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = 1
-        so.log_severity_level = 3
-        fp = ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
-        q = ort.InferenceSession(dst, so, providers=["CPUExecutionProvider"])
-        a, b = [], []
-        for row in inputs.inputs:
-            feed = dict(zip(names, row))
-            ya, yb = fp.run(None, feed)[0], q.run(None, feed)[0]
-            batch = ya.shape[0] if ya.ndim > 1 else 1
-            a.append(ya.reshape(batch, -1))
-            b.append(yb.reshape(batch, -1))
+        with open(dst, "rb") as fh:
+            return fh.read()
+
+
+def _run(model, graph: Graph, calib: Samples, inputs: Samples, reduce_range: bool, method: str,
+         percentile: float) -> dict:
+    import onnxruntime as ort
+
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), QDQ_OPSET)
+    names = [p.name for p in graph.inputs]
+    qbytes = quantize_with_ort(model, graph, calib, reduce_range=reduce_range, method=method,
+                               percentile=percentile)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.log_severity_level = 3
+    fp = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    q = ort.InferenceSession(qbytes, so, providers=["CPUExecutionProvider"])
+    a, b = [], []
+    for row in inputs.inputs:
+        feed = dict(zip(names, row))
+        ya, yb = fp.run(None, feed)[0], q.run(None, feed)[0]
+        batch = ya.shape[0] if ya.ndim > 1 else 1
+        a.append(ya.reshape(batch, -1))
+        b.append(yb.reshape(batch, -1))
     fa, qa = np.concatenate(a), np.concatenate(b)
     top1 = fa.argmax(axis=1)
     top5 = np.argsort(-qa, axis=1, kind="stable")[:, :min(5, qa.shape[1])]

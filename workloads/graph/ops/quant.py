@@ -9,7 +9,10 @@ exact (integers, or float32 arithmetic spelled out step by step, never float64):
 - ``qconv2d(x, w)``/``qdense(x, w)``: ``x`` uint8 with zero point ``x_zero_point``, ``w`` int8
   symmetric (zero point 0), ``sum((x - x_zp) * w)`` accumulated exactly in int32. Padding
   pads with ``x_zero_point`` (real 0). A kernel computes ``sum(x * w) - x_zp * sum(w)``
-  (``vpmaddubsw``/``vpmaddwd`` or VNNI ``vpdpbusd`` take u8 x s8) and gets the same integers;
+  (``vpmaddubsw``/``vpmaddwd`` or VNNI ``vpdpbusd`` take u8 x s8) and gets the same integers.
+  ``w_max`` is the weight range the op promises, |w| <= w_max (64 for 7-bit ``reduce_range``
+  weights, 127 for full-range ones, 128 = no promise); the reference refuses weights outside
+  it, and the int8 kernels may use AVX2's saturating ``vpmaddubsw`` only when ``w_max <= 64``;
 - ``requantize(acc, bias, scale)``: the anchor's epilogue, as MLAS's requantize does it:
   ``clamp(rint(float32(acc + bias) * scale[c]) + zero_point, qmin, qmax)`` with the product
   in float32 and ``scale[c] = x_scale * w_scale[c] / y_scale`` per output channel along
@@ -150,6 +153,14 @@ def _int_acc(x: np.ndarray, x_zp: int) -> np.ndarray:
     return x.astype(np.int64) - np.int64(x_zp)
 
 
+def _check_weight(op: str, w: np.ndarray, a) -> None:
+    """The weight range the op promises (``w_max``: 64 for 7-bit ``reduce_range`` weights,
+    which AVX2's saturating ``vpmaddubsw`` needs; 127 otherwise) holds for ``w``."""
+    if w.size and int(np.abs(w.astype(np.int32)).max()) > a["w_max"]:
+        raise GraphError(f"{op}: weight {int(np.abs(w.astype(np.int32)).max())} outside "
+                         f"[-{a['w_max']}, {a['w_max']}] (w_max)")
+
+
 def _to_int32(op: str, acc: np.ndarray) -> np.ndarray:
     if acc.size and (acc.min() < np.iinfo(np.int32).min or acc.max() > np.iinfo(np.int32).max):
         raise GraphError(f"{op}: accumulator overflows int32")
@@ -162,13 +173,16 @@ def _qconv_infer(ts, a):
     _check_q("qconv2d", w, "int8")
     if not 0 <= a["x_zero_point"] <= 255:
         raise GraphError(f"qconv2d: x_zero_point {a['x_zero_point']} outside [0, 255]")
-    conv_attrs = {k: v for k, v in a.items() if k != "x_zero_point"}
+    if not 1 <= a["w_max"] <= 128:
+        raise GraphError(f"qconv2d: w_max {a['w_max']} outside [1, 128]")
+    conv_attrs = {k: v for k, v in a.items() if k not in ("x_zero_point", "w_max")}
     t = _conv_infer([TensorType(x.shape, "int32"), TensorType(w.shape, "int32")], conv_attrs)
     return TensorType(t.shape, "int32")
 
 
 def _qconv(xs, a):
-    conv_attrs = {k: v for k, v in a.items() if k != "x_zero_point"}
+    _check_weight("qconv2d", xs[1], a)
+    conv_attrs = {k: v for k, v in a.items() if k not in ("x_zero_point", "w_max")}
     # Integers in int64 through einsum: exact (products < 2^15, sums of < 2^48 terms).
     acc = _conv_compute([_int_acc(xs[0], a["x_zero_point"]), xs[1].astype(np.int64)], conv_attrs)
     return _to_int32("qconv2d", acc)
@@ -178,6 +192,7 @@ register_op("qconv2d", OpPattern.ANCHOR, 2, _qconv_infer, _qconv, attrs={
     "strides": ("ints", (1, 1)), "padding": ("ints", (0, 0, 0, 0)),
     "dilation": ("ints", (1, 1)), "groups": ("int", 1),
     "data_layout": ("str", "NCHW"), "kernel_layout": ("str", ""), "x_zero_point": ("int", 0),
+    "w_max": ("int", 128),
 }, normalize=_conv_normalize,
     doc="u8 data (zero point x_zero_point) x s8 weight -> int32 accumulator; conv2d's attributes")
 
@@ -188,16 +203,21 @@ def _qdense_infer(ts, a):
     _check_q("qdense", w, "int8")
     if not 0 <= a["x_zero_point"] <= 255:
         raise GraphError(f"qdense: x_zero_point {a['x_zero_point']} outside [0, 255]")
+    if not 1 <= a["w_max"] <= 128:
+        raise GraphError(f"qdense: w_max {a['w_max']} outside [1, 128]")
     if w.rank != 2 or x.rank < 1 or x.shape[-1] != w.shape[1]:
         raise GraphError(f"qdense: data {x} and weight {w} do not match "
                          "(expected data[..., K] and weight[N, K])")
     return TensorType(x.shape[:-1] + (w.shape[0],), "int32")
 
 
-register_op("qdense", OpPattern.ANCHOR, 2, _qdense_infer,
-            lambda xs, a: _to_int32("qdense", _int_acc(xs[0], a["x_zero_point"])
-                                    @ xs[1].astype(np.int64).T),
-            attrs={"x_zero_point": ("int", 0)},
+def _qdense(xs, a):
+    _check_weight("qdense", xs[1], a)
+    return _to_int32("qdense", _int_acc(xs[0], a["x_zero_point"]) @ xs[1].astype(np.int64).T)
+
+
+register_op("qdense", OpPattern.ANCHOR, 2, _qdense_infer, _qdense,
+            attrs={"x_zero_point": ("int", 0), "w_max": ("int", 128)},
             doc="u8 data[..., K] (zero point x_zero_point) x s8 weight[N, K]^T -> int32 [..., N]")
 
 # ---- residual add ---------------------------------------------------------------------

@@ -298,9 +298,10 @@ class _Emitter:
         qx = self.quantized(x)
         if n.op == "conv2d":
             acc = b.op("qconv2d", qx, wname, name=b.fresh(f"{n.name}.acc"),
-                       x_zero_point=px.zero_point, **dict(n.attrs))
+                       x_zero_point=px.zero_point, w_max=qmax_w, **dict(n.attrs))
         else:
-            acc = b.op("qdense", qx, wname, name=b.fresh(f"{n.name}.acc"), x_zero_point=px.zero_point)
+            acc = b.op("qdense", qx, wname, name=b.fresh(f"{n.name}.acc"), x_zero_point=px.zero_point,
+                       w_max=qmax_w)
         out_attrs = {"dtype": "float32"} if float_out else \
             {"zero_point": py.zero_point, **self.clamp(c.act, py)}
         out = b.op("requantize", acc, b.const(bq, b.fresh(f"{c.out}.bias")),
