@@ -138,3 +138,22 @@ def test_missing_onnxruntime_is_a_usage_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
     with pytest.raises(UsageError, match="pip install"):
         ort_session(b"", 1)
+
+
+@pytest.mark.parametrize("name", ["bvlc_alexnet", pytest.param("densenet121", marks=pytest.mark.slow),
+                                  "inception_v1", "inception_v2", "resnet50", "shufflenet",
+                                  "squeezenet", "vgg19", "zfnet512"])
+def test_light_models_plan_no_numpy_groups(name):
+    """Every fused group of the nine light models (O2, 2 threads) gets a generated kernel,
+    none on the injective template's array-code formulation (planning and code generation
+    only: nothing compiles; DenseNet-121's 188 groups take minutes under load: slow)."""
+    from tuner.compiler.compile_model import pipeline, plan_groups
+    from tuner.frontend.onnx import load
+
+    g = pipeline(load(os.path.join(LIGHT, f"light_{name}.onnx")), 2)
+    _, kernels, _, _, _ = plan_groups(g, threads=2, store=None, tuned=False)
+    numpy_groups = [f"{k.label}: {k.note}" for k in kernels.values() if k.source == "numpy"]
+    assert not numpy_groups
+    array_code = [k.label for k in kernels.values()
+                  if dict(k.config or {}).get("formulation") == "numpy"]
+    assert not array_code

@@ -17,6 +17,8 @@ formulations.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from search_spaces.epilogue import ELEMENTWISE_OPS, effective_shape, scalar_op
@@ -55,9 +57,11 @@ def _affine(idx: np.ndarray) -> list[tuple[int, int]] | None:
     return dims if np.array_equal(rebuilt + idx[0], idx) else None
 
 
+@functools.lru_cache(maxsize=256)
 def gather_plan(w) -> dict:
     """{'segments': [(param, out_start, in_base, dims)], 'chain': [(body node, operand
-    position, [(input position, param index, shape right-aligned to the output)])]} or raises."""
+    position, [(input position, param index, shape right-aligned to the output)])]} or raises
+    (cached per workload: the space, the default and the code generator all ask)."""
     from workloads.graph.ops import get_op
 
     body = w.body
