@@ -52,7 +52,8 @@ def test_target_json():
 def test_show_prints_readable_source_and_space():
     p = tuner("show", "gemm", "--shape", "64x48x32")
     assert p.returncode == 0, p.stderr
-    assert "def kernel(A, B, C)" in p.stdout
+    assert "def kernel(A, B, C, tile_m, tile_n, tile_k)" in p.stdout
+    assert "# called as: kernel(A, B, C, tile_m=" in p.stdout   # the cache blocks it runs with
     p = tuner("show", "gemm", "--shape", "64x48x32", "--space")
     assert p.returncode == 0 and "tile_m" in p.stdout and "points:" in p.stdout
 
