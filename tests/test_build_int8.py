@@ -203,3 +203,31 @@ def test_quantize_after_data_movement_is_generated(db_url):
     assert res.ok, res.steps
     quant = [s for s in module.steps if "quantize" in s.label]
     assert quant and all(s.source != "numpy" for s in quant), [(s.label, s.note) for s in module.steps]
+
+
+def test_max_pool_between_int8_and_fp32_is_generated(db_url):
+    """max pooling fused with the dequantize (8-bit pool feeding an FP32 op) or with the
+    quantize (an FP32 pool feeding a quantized conv) is generated, exactly (Inception's LRN
+    neighbours)."""
+    from tuner.compiler.compile_model import build
+    from tuner.compiler.verify_model import verify_int8
+
+    rng = np.random.default_rng(1)
+    b = GraphBuilder("pools")
+    x = b.input("x", (1, 3, 9, 9))
+    w1 = b.const(rng.standard_normal((4, 3, 3, 3)).astype(np.float32) * 0.3, "w1")
+    h = b.op("relu", b.op("conv2d", x, w1, padding=(1,) * 4), name="r1")
+    p = b.op("max_pool2d", h, pool_size=(3, 3), strides=(2, 2), padding=(1,) * 4, name="p1")
+    n = b.op("lrn", p, size=3, name="norm")                  # FP32: dequantize before it
+    p2 = b.op("max_pool2d", n, pool_size=(2, 2), strides=(1, 1), name="p2")   # then quantize
+    w2 = b.const(rng.standard_normal((5, 4, 1, 1)).astype(np.float32) * 0.3, "w2")
+    y = b.op("conv2d", p2, w2, name="c2")
+    g = b.build(b.op("softmax", b.op("flatten", y), axis=1))
+    module = build(g, db=db_url, int8=True, tuned=False, jobs=1)
+    res = verify_int8(g, module=module)
+    assert res.ok, [s for s in res.steps if s.mismatches]
+    labels = {s.label: s.source for s in module.steps}
+    pools = {k: v for k, v in labels.items() if k.startswith("max_pool2d")}
+    assert any("dequantize" in k for k in pools) and any("quantize" in k and "de" not in k
+                                                         for k in pools), labels
+    assert "numpy" not in pools.values(), [(s.label, s.note) for s in module.steps]
