@@ -16,7 +16,6 @@ are seen by a new process (or after ``forget_selections()``).
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import threading
@@ -139,6 +138,7 @@ def load_kernel(workload, template, config: Config):
     template's ``runtime_args``) bound. Configs that differ only in runtime knobs share one
     module, imported once per process."""
     from search_spaces.template import bind_runtime_args
+    from tuner.measure.kernel_key import import_kernel_module
     from tuner.measure.measurer import write_source
 
     key = (workload.key, f"{template.name}/{template.version}/{config.hash}")
@@ -147,13 +147,7 @@ def load_kernel(workload, template, config: Config):
         require_runnable()
         align_numba_cache()
         path = write_source(template.codegen(workload, config), template=template)
-        name = "tuner_kernel_" + path.stem
-        mod = sys.modules.get(name)
-        if mod is None:
-            spec = importlib.util.spec_from_file_location(name, path)
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[name] = mod
-            spec.loader.exec_module(mod)
+        mod = import_kernel_module(path)
         fn = _KERNELS[key] = bind_runtime_args(getattr(mod, template.entry),
                                                template.runtime_args(workload, config))
     return fn

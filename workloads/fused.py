@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from workloads.errors import UsageError
-from workloads.workload import Workload, outside_tolerance
+from workloads.workload import Workload, first_difference, outside_tolerance
 from workloads.fused_body import build_body, canonical_body_text, is_chain
 
 FLOAT = ("float32", "float64")
@@ -188,12 +188,7 @@ class FusedWorkload(Workload):
         if c.shape != ref.shape:
             return f"output shape {c.shape} != expected {ref.shape}"
         if np.dtype(self.dtype).kind != "f":
-            bad = c.astype(np.int64) != ref.astype(np.int64)
-            if bad.any():
-                i = np.unravel_index(np.argmax(bad), bad.shape)
-                return (f"{int(bad.sum())} of {bad.size} elements differ; first at "
-                        f"{tuple(map(int, i))}: got {c[i]}, expected {ref[i]}")
-            return None
+            return first_difference(c, ref, c.astype(np.int64) != ref.astype(np.int64))
         finite = np.isfinite(ref)
         if not np.isfinite(c[finite]).all():
             n = int((~np.isfinite(c) & finite).sum())

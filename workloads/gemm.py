@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from workloads.errors import UsageError
-from workloads.workload import Workload, outside_tolerance
+from workloads.workload import Workload, first_difference, outside_tolerance
 
 # quantized GEMM dtype -> largest |weight| its inputs hold (A is always the full uint8 range)
 INT8_DTYPES = {"int8": 128, "int8w7": 64}
@@ -185,11 +185,7 @@ class Gemm(Workload):
         if c.shape != ref.shape:
             return f"output shape {c.shape} != expected {ref.shape}"
         if self.dtype == "int32" or self.quantized:
-            bad = c.astype(np.int64) != ref
-            if bad.any():
-                i = np.unravel_index(np.argmax(bad), bad.shape)
-                return f"{int(bad.sum())} of {bad.size} elements differ; first at {tuple(map(int, i))}: got {c[i]}, expected {ref[i]}"
-            return None
+            return first_difference(c, ref, c.astype(np.int64) != ref)
         if not np.isfinite(c).all():
             n = int((~np.isfinite(c)).sum())
             return f"{n} of {c.size} elements are NaN/inf (unwritten or overflow)"

@@ -28,6 +28,7 @@ import numpy as np
 
 from workloads.errors import UsageError
 from workloads.fused import FusedWorkload
+from workloads.workload import first_difference
 
 EPILOGUE_OPS = ("requantize", "qadd", "dequantize")
 OUT_DTYPES = ("uint8", "int8", "float32", "int32")
@@ -192,11 +193,7 @@ class QuantGemmGroup(FusedWorkload):
             bad = ~((c == ref) | (np.isnan(c) & np.isnan(ref)))
         else:
             bad = c.astype(np.int64) != ref.astype(np.int64)
-        if bad.any():
-            i = np.unravel_index(np.argmax(bad), bad.shape)
-            return (f"{int(bad.sum())} of {bad.size} elements differ; first at "
-                    f"{tuple(map(int, i))}: got {c[i]}, expected {ref[i]}")
-        return None
+        return first_difference(c, ref, bad)
 
 
 class QDenseGroup(QuantGemmGroup):

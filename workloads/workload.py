@@ -26,6 +26,15 @@ def outside_tolerance(got: np.ndarray, expected: np.ndarray, err: np.ndarray,
             f"tolerance {float(tol[i]):.3g}")
 
 
+def first_difference(got: np.ndarray, expected: np.ndarray, bad: np.ndarray) -> str | None:
+    """For exact checks: None when no element is ``bad``, else how many differ and the first."""
+    if not bad.any():
+        return None
+    i = np.unravel_index(np.argmax(bad), bad.shape)
+    return (f"{int(bad.sum())} of {bad.size} elements differ; first at "
+            f"{tuple(map(int, i))}: got {got[i]}, expected {expected[i]}")
+
+
 class Workload(ABC):
     """Base class. Subclasses are frozen dataclasses registered in ``workloads.REGISTRY``."""
 

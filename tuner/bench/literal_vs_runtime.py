@@ -9,7 +9,6 @@ drift hits them alike. Prints each one's median and its ratio to the literal ker
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 import time
@@ -24,6 +23,7 @@ def kernels(w, changes: dict) -> tuple[dict, object]:
     from search_spaces.template import bind_runtime_args
     from search_spaces.templates.gemm import GemmTemplate
     from tuner.dispatch import align_numba_cache
+    from tuner.measure.kernel_key import import_kernel_module
     from tuner.measure.measurer import write_source
 
     align_numba_cache()
@@ -31,14 +31,7 @@ def kernels(w, changes: dict) -> tuple[dict, object]:
     out = {}
     for mode, knobs in MODES.items():
         t = type("Gemm_" + mode, (GemmTemplate,), {"runtime_knobs": knobs})()
-        path = write_source(t.codegen(w, cfg), template=t)
-        name = "tuner_kernel_" + path.stem      # the name every loader uses (Numba's cache)
-        mod = sys.modules.get(name)
-        if mod is None:
-            spec = importlib.util.spec_from_file_location(name, path)
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[name] = mod
-            spec.loader.exec_module(mod)
+        mod = import_kernel_module(write_source(t.codegen(w, cfg), template=t))
         out[mode] = bind_runtime_args(mod.kernel, t.runtime_args(w, cfg))
     return out, cfg
 

@@ -12,11 +12,9 @@ fastest over placements. This runs in this process, pinned to one CPU, 1 thread.
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import os
 import re
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -39,16 +37,12 @@ def called_with(text: str) -> tuple:
 def _load_file(path: str):
     from search_spaces.template import bind_runtime_args
     from tuner.dispatch import align_numba_cache
+    from tuner.measure.kernel_key import import_kernel_module
     from tuner.measure.measurer import write_source
 
     align_numba_cache()
     text = Path(path).read_text()
-    stored = write_source(text)
-    name = "tuner_kernel_" + stored.stem
-    spec = importlib.util.spec_from_file_location(name, stored)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
+    mod = import_kernel_module(write_source(text))
     return bind_runtime_args(mod.kernel, called_with(text))
 
 

@@ -145,3 +145,24 @@ def kernel_digest(source: str, template: str = "") -> str:
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
+
+
+def import_kernel_module(path) -> object:
+    """The generated module at ``path`` (a ``k_<digest>.py`` file), imported once per process
+    under the name every loader uses, ``tuner_kernel_k_<digest>``: Numba's cache locates a
+    function's machine code by its module, so the module must be registered in
+    ``sys.modules`` under a stable name before it runs."""
+    import sys
+
+    name = "tuner_kernel_" + os.path.basename(str(path))[:-3]
+    mod = sys.modules.get(name)
+    if mod is None:
+        spec = importlib.util.spec_from_file_location(name, str(path))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        try:
+            spec.loader.exec_module(mod)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    return mod

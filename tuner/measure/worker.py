@@ -20,10 +20,8 @@ TIMEOUT.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import pickle
-import sys
 import time
 import traceback
 from typing import Any, Callable
@@ -36,12 +34,9 @@ _ALLOWED_CPUS: list[int] = []  # the CPUs this worker was started with
 def _load_module(path: str):
     mod = _MODULES.get(path)
     if mod is None:
-        name = "tuner_kernel_" + os.path.basename(path)[:-3]
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod  # Numba's cache locator needs the module registered
-        spec.loader.exec_module(mod)
-        _MODULES[path] = mod
+        from tuner.measure.kernel_key import import_kernel_module
+
+        mod = _MODULES[path] = import_kernel_module(path)
     return mod
 
 
