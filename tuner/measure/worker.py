@@ -65,8 +65,7 @@ def _short_error(exc: BaseException, limit: int = 4000) -> str:
 
 
 def time_callable(fn: Callable[[], Any], warmup: int, repeat: int, min_repeat_ms: float,
-                  max_time_s: float, cutoff_s: float | None = None,
-                  warm: bool = False) -> tuple[list[float], dict]:
+                  max_time_s: float, cutoff_s: float | None = None) -> tuple[list[float], dict]:
     """Seconds per call for each of up to ``repeat`` samples of at least ``min_repeat_ms``.
 
     The first timed call (the probe) is checked against ``cutoff_s`` (the tuner passes a
@@ -77,9 +76,7 @@ def time_callable(fn: Callable[[], Any], warmup: int, repeat: int, min_repeat_ms
     whose probe took 3.3 ms got 15 calls per sample and a median of 0.57 ms per call, cold
     caches and a sleeping second core included; warmed, it measures 0.32 ms, as a script
     running it back to back does.) When the whole measurement would exceed ``max_time_s`` (a
-    slow candidate) fewer samples are taken, at least 3. ``warm``: the caller has just run
-    ``fn`` on these buffers (a checked call), so the probe is already a warm call and the
-    warm-up is skipped.
+    slow candidate) fewer samples are taken, at least 3.
     """
     t0 = time.perf_counter()
     fn()
@@ -87,7 +84,7 @@ def time_callable(fn: Callable[[], Any], warmup: int, repeat: int, min_repeat_ms
     if cutoff_s is not None and probe > cutoff_s:
         return [probe], {"number": 1, "cut_short": True}
     warm_s = probe
-    if not warm and probe <= 0.1 * max_time_s:
+    if probe <= 0.1 * max_time_s:
         started, calls = time.perf_counter(), 0
         budget = min(0.1 * max_time_s, max(min_repeat_ms / 1000.0, 0.0))
         while calls < max(0, warmup) or time.perf_counter() - started < budget:
@@ -114,11 +111,12 @@ def time_callable(fn: Callable[[], Any], warmup: int, repeat: int, min_repeat_ms
 def time_placements(fn: Callable[..., Any], w, inputs, outputs, expected, req: dict):
     """Time ``fn(*inputs, *outputs)`` on ``req["placements"]`` placements of fresh copies.
 
-    Each placement gets ``ceil(repeat / placements)`` (at least 3) samples within its share
-    of ``max_time_s``, after a warm-up: the first placement's is ``time_callable``'s, a later
-    placement's is its checked call (the kernel's code is warm by then, and that call touches
-    the fresh buffers; a separate warm-up of >= ``min_repeat_ms`` of calls per placement
-    bought nothing but run time). The score must not reward one lucky
+    Each placement gets its own warm-up and ``ceil(repeat / placements)`` (at least 3)
+    samples within its share of ``max_time_s``. (The warm-up is not redundant after the
+    placement's checked call: skipping it made 2-thread kernels measure 1.6-1.8x slower than
+    they run in a script — 21.8 vs 13.4 ms at 1024^3 on the Zen 3 — since the check leaves
+    Numba's threads asleep and the sample size was then sized from a cold call.) The score
+    must not reward one lucky
     placement, so the samples returned are those of the placement with the slowest median:
     a script calling the kernel gets whatever placement its allocator gives, and the slowest
     one is what the tuner can promise (the median across placements would still crown a
@@ -141,17 +139,14 @@ def time_placements(fn: Callable[..., Any], w, inputs, outputs, expected, req: d
         else:
             arrays = placed_copies([*inputs, *outputs], offsets)
             ins, outs = arrays[:len(inputs)], arrays[len(inputs):]
-        checked = False
         if expected is not None and ins is not inputs:   # right wherever the buffers start
             fn(*ins, *outs)
-            checked = True
             problem = w.check(ins, outs, expected)
             if problem:
                 return {"status": "WRONG_ANSWER", "error": f"placement {offsets}: {problem}"}
         samples, timing = time_callable(lambda: fn(*ins, *outs), req["warmup"], per_repeat,
                                         req["min_repeat_ms"], per_time,
-                                        req.get("cutoff_s") if not found else None,
-                                        warm=checked and bool(found))
+                                        req.get("cutoff_s") if not found else None)
         med = sorted(samples)[len(samples) // 2]
         cpu = timing.get("cpu_samples") or [0.0]
         found.append((med, samples, {"offsets": list(offsets), "median": med,
