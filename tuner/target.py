@@ -160,7 +160,7 @@ def busy_note(threads: int) -> str | None:
     needs (more than the cores left over plus half a core busy: /proc/stat over 0.3 s, else
     the 1-minute load average), else None. Timings then say more about the neighbours than
     about the kernel; a 2-thread kernel on a 2-core machine suffers most (measured: the default
-    1024^3 config fell from ~190 to 52 GFLOPS with a colleague's benchmarks on both cores, so
+    1024^3 config fell from ~190 to 52 GFLOPS with other benchmarks running on both cores, so
     a run picked a 1-thread config)."""
     busy = busy_cpus()
     what = "{:.1f} CPUs busy"
