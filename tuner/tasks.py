@@ -280,19 +280,15 @@ def measure_builds(graph, *, store, threads: int, opt_level: int = 2, rounds: in
     import numpy as np
 
     from tuner.compiler.compile_model import build
-    from tuner.compiler.module import Timing, time_fn
+    from tuner.compiler.module import time_interleaved
     from workloads.graph.executor import random_inputs
 
     inputs = random_inputs(graph, seed=seed)
     mods = {"defaults": build(graph, opt_level=opt_level, threads=threads, store=store, tuned=False),
             "tuned": build(graph, opt_level=opt_level, threads=threads, store=store, tuned=True)}
     outs = {k: [np.array(o) for o in m.run(inputs)] for k, m in mods.items()}
-    timing = {k: Timing() for k in mods}
-    for _ in range(max(1, rounds)):
-        for k, m in mods.items():
-            t = time_fn(lambda m=m: m.run(inputs, copy=False), warmup=1,
-                        repeat=max(3, repeat // max(1, rounds)), max_seconds=20)
-            timing[k].samples += t.samples
+    timing = time_interleaved({k: (lambda m=m: m.run(inputs, copy=False)) for k, m in mods.items()},
+                              rounds=rounds, repeat=repeat, warmup=1, max_seconds=20)
     out: dict = {"rounds": rounds, "samples": {k: len(t.samples) for k, t in timing.items()}}
     for k, t in timing.items():
         q25, q50, q75 = np.percentile(t.samples, [25, 50, 75]) * 1e3

@@ -39,7 +39,7 @@ from typing import Callable
 
 import numpy as np
 
-from tuner.compiler.module import Timing, time_fn
+from tuner.compiler.module import time_interleaved
 
 GROUPS = {
     "A": ("ONNX Runtime", "onnxruntime", "-"),
@@ -170,13 +170,8 @@ def bench_model(path: str, threads_list: list[int], *, groups: str = "ANBCD", se
                                      coverage=_coverage(m.summary.quant))
             else:
                 contenders[g]["weight_mb"] = _weight_mb(graph)
-        timing = {g: Timing() for g in contenders}
-        per_round = max(3, repeat // max(1, rounds))
-        for _ in range(max(1, rounds)):
-            for g, c in contenders.items():
-                t = time_fn(c["fn"], warmup=2, repeat=per_round, max_seconds=60)
-                timing[g].samples += t.samples
-                timing[g].cpu_samples += t.cpu_samples
+        timing = time_interleaved({g: c["fn"] for g, c in contenders.items()}, rounds=rounds,
+                                  repeat=repeat, warmup=2, max_seconds=60)
         for g, c in contenders.items():
             what, passes, tuning = GROUPS[g]
             m = c.get("module")

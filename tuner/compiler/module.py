@@ -116,6 +116,21 @@ def time_fn(fn: Callable[[], Any], *, warmup: int = 2, repeat: int = 20,
     return Timing(samples, cpu)
 
 
+def time_interleaved(fns: Mapping[str, Callable[[], Any]], *, rounds: int = 2, repeat: int = 20,
+                     warmup: int = 2, max_seconds: float = 20.0) -> dict[str, Timing]:
+    """``time_fn`` of every contender in ``rounds`` alternating passes, each taking ``repeat /
+    rounds`` (at least 3) samples, so a neighbour's load drifting during the run spreads over
+    every contender instead of landing on one."""
+    timing = {k: Timing() for k in fns}
+    for _ in range(max(1, rounds)):
+        for k, fn in fns.items():
+            t = time_fn(fn, warmup=warmup, repeat=max(3, repeat // max(1, rounds)),
+                        max_seconds=max_seconds)
+            timing[k].samples += t.samples
+            timing[k].cpu_samples += t.cpu_samples
+    return timing
+
+
 class Module:
     """An executable model; build it with ``tuner.build(graph)``."""
 
