@@ -201,10 +201,13 @@ _MOVEMENT = {"reshape", "flatten", "transpose", "layout_transform", "concatenate
              "squeeze", "dropout", "constant_of_shape"}
 
 
-def _channels(params: dict) -> int:
-    """Input channels of a conv2d group's data operand."""
+def _conv_groups(params: dict) -> tuple[int, int] | None:
+    """(groups, input channels) of a float conv2d group; None for any other group."""
+    if params["anchor"] != "conv2d" or params["output"][1] not in FLOAT:
+        return None
     xs = params["inputs"][params["anchor_inputs"][0]][0]
-    return xs[params["anchor_attrs"]["data_layout"].index("C")]
+    return (params["anchor_attrs"].get("groups", 1),
+            xs[params["anchor_attrs"]["data_layout"].index("C")])
 
 
 @dataclass(frozen=True, eq=False)
@@ -216,10 +219,8 @@ class Conv2dGroup(FusedWorkload):
     def claims_group(cls, params: dict) -> bool:
         """Ungrouped and grouped convolutions with more than one input channel per group
         (depthwise ones are ``DepthwiseConv2dGroup``'s)."""
-        if params["anchor"] != "conv2d" or params["output"][1] not in FLOAT:
-            return False
-        groups = params["anchor_attrs"].get("groups", 1)
-        return groups == 1 or _channels(params) // groups > 1
+        gc = _conv_groups(params)
+        return gc is not None and (gc[0] == 1 or gc[1] // gc[0] > 1)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -261,10 +262,8 @@ class DepthwiseConv2dGroup(Conv2dGroup):
 
     @classmethod
     def claims_group(cls, params: dict) -> bool:
-        if params["anchor"] != "conv2d" or params["output"][1] not in FLOAT:
-            return False
-        groups = params["anchor_attrs"].get("groups", 1)
-        return groups > 1 and _channels(params) == groups
+        gc = _conv_groups(params)
+        return gc is not None and 1 < gc[0] == gc[1]
 
 
 @dataclass(frozen=True, eq=False)
