@@ -70,8 +70,32 @@ def test_bench_model_rows(tmp_path):
     assert rep.returncode == 0 and "| D | built + passes + tuned |" in rep.stdout
 
 
+def test_bench_two_models_one_table_with_hotspots(tmp_path):
+    """Two models in one command: one JSON with both, a summary line per model and thread
+    count, and each built row says where its time goes (largest kernels beside BLAS)."""
+    a = _tiny(tmp_path / "tiny.onnx")
+    b = _tiny(tmp_path / "tiny2.onnx")
+    out = tmp_path / "bench.json"
+    r = _bench(a, b, "--threads", "1", "--groups", "AC", "--repeat", "3", "--out", str(out),
+               tmp_path=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    data = json.loads(out.read_text())
+    assert data["kind"] == "bench-models" and len(data["models"]) == 2
+    assert "| model | threads | A ms | C ms | C vs A |" in r.stdout
+    (c,) = [row for row in data["models"][0]["rows"] if row["group"] == "C"]
+    spots = c["hotspots"]
+    assert spots and abs(sum(s["share"] for s in spots) - 1.0) < 0.01   # 3 kernels: all listed
+    conv = [s for s in spots if s["kind"] == "conv2d"][0]
+    assert conv["gemm"] == "M8 N144 K27" and conv["blas_ms"] > 0 and conv["gflops"] > 0
+    assert "where the time goes, group C" in r.stdout
+    rep = subprocess.run([sys.executable, "-m", "tuner", "bench", "report", str(out)],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert rep.returncode == 0 and "| model | threads |" in rep.stdout
+
+
 @pytest.mark.parametrize("args", [["missing.onnx"], ["workloads/graphs/mlp.txt"],
-                                  ["M.onnx", "--groups", "AXZ"], ["M.onnx", "--threads", "0"]])
+                                  ["M.onnx", "--groups", "AXZ"], ["M.onnx", "--threads", "0"],
+                                  ["missing.onnx", "missing2.onnx"]])
 def test_bench_model_bad_input(args, tmp_path):
     r = _bench(*args, tmp_path=tmp_path)
     assert r.returncode == 2, r.stdout + r.stderr

@@ -171,6 +171,44 @@ def test_max_pool_vector_rows_with_padding_and_ceil_mode(shape, k, s, p, ceil):
     assert w.check(x, out, w.reference(x)) is None
 
 
+@pytest.mark.parametrize("op,shape,k,s,p,extra", [
+    ("avg_pool2d", (3, 9, 10), 3, 2, 1, {"count_include_pad": False}),
+    ("avg_pool2d", (3, 9, 10), 3, 2, 1, {"count_include_pad": True, "ceil_mode": True}),
+    ("avg_pool2d", (2, 7, 33), 3, 1, 1, {}),
+    ("avg_pool2d", (5, 7, 7), 7, 1, 0, {}),            # one window per plane: a global average
+    ("max_pool2d", (4, 20, 37), 3, 2, 1, {}),
+    ("global_avg_pool2d", (6, 5, 11), 0, 0, 0, {})])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_vector_pools_split_planes_across_threads(op, shape, k, s, p, extra, threads):
+    """Vector pools (average and max, windowed and global) on 1 and 2 threads against the
+    reference; the default config takes every thread only for large inputs."""
+    b = GraphBuilder("g")
+    x = b.input("x", (1,) + shape)
+    attrs = {} if op == "global_avg_pool2d" else dict(pool_size=[k, k], strides=[s, s],
+                                                     padding=[p, p, p, p], **extra)
+    (w,) = [workload_for_group(n) for n in fused_groups(optimize(b.build(b.op(op, x, **attrs)),
+                                                                  opt_level=2))]
+    t = get_template("fixed")
+    cfg = Config({"threads": threads})
+    src = t.codegen(w, cfg)
+    assert "vadd(" in src or "vmax(" in src
+    assert ("prange" in src) == (threads > 1)
+    assert run_kernel(w, t, cfg) is None
+    assert t.default_config(w, max_threads=2)["threads"] == 1   # small: one thread
+    with pytest.raises(Exception, match="threads"):
+        t.space(w, 2).validate(Config({"threads": 3}))
+
+
+def test_large_pool_defaults_to_every_thread():
+    b = GraphBuilder("g")
+    x = b.input("x", (1, 24, 56, 56))
+    y = b.op("avg_pool2d", x, pool_size=[3, 3], strides=[2, 2], padding=[1, 1, 1, 1])
+    (w,) = [workload_for_group(n) for n in fused_groups(optimize(b.build(y), opt_level=2))]
+    t = get_template("fixed")
+    assert t.default_config(w, max_threads=2)["threads"] == 2
+    assert t.default_config(w, max_threads=1)["threads"] == 1
+
+
 @pytest.mark.parametrize("size,beta", [(5, 0.75), (4, 0.5), (3, 1.0), (5, 0.6)])
 def test_lrn_vector_and_scalar_forms(size, beta):
     """LRN across channels: vector form for beta 0.5/0.75/1 (inner block of 7 x 9, not a

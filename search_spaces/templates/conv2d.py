@@ -215,11 +215,13 @@ class Conv2dTemplate(Template):
             # v3 (vector packing): the image packed is faster for pointwise convs at every N
             # too (N = 3136: 1.44 -> 1.11 ms at K=64 with a residual, 2.42 -> 2.10 ms at
             # K=256; no scalar edge tiles), so B is always packed.
-            pack_a = False
             pack_b = True
             # An MR that divides M (the weights are read in place: a partial tile would be the
             # scalar edge kernel); 8 rows up to NR = 32 (N = 49, 16-wide tiles: 8 rows 2.88 ms,
-            # 6 rows 3.11 ms at K = 4608).
+            # 6 rows 3.11 ms at K = 4608). Where no MR divides M the weights are packed
+            # (zero-padded panels, no scalar rows): ShuffleNet's grouped 1x1 convs, M = 34 per
+            # group, K = 34, N = 784, Zen 3, 1 thread, CPU time, paired: 222 -> 142 us and
+            # 243 -> 159 us; at M = 24 (divisible) packing costs 7% (375 -> 401 us).
             # v3, paired runs: below N = 1024 an 8 x 16 tile beats 8 x 32 / 4 x 48 (N = 196:
             # 4-9%, N = 784: 2-5%, N = 169/729: 2-3%); at N = 3136 it loses 10% to 4 x 48.
             # Widths are in elements (16, 32, 48 on AVX-512 fp32); rows are those that fit the
@@ -236,7 +238,9 @@ class Conv2dTemplate(Template):
                 nr = 16 if pl["N"] < 1024 and 16 in nrs else best_nr(pl["N"], nrs, threshold=1.15)
             rows = [r for r in ((8, 6, 4) if nr <= 2 * vec else (4, 6, 8))
                     if isa.current().spill_reason(r, nr // vec) is None]
-            mr = next((r for r in rows if pl["M"] % r == 0), rows[0])
+            mr = next((r for r in rows if pl["M"] % r == 0), None)
+            pack_a = mr is None
+            mr = mr or rows[0]
             cfg = default_gemm_config(sp, pl["M"], pl["N"], pl["K"], max_threads, pack_a,
                                       pack_b, nr=nr, mr=mr)
             # One K block up to K = 1536 (no second pass over the output; paired runs: the

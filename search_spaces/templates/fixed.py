@@ -13,13 +13,16 @@ from __future__ import annotations
 import math
 
 from search_spaces.epilogue import DTYPE_SRC, Epilogue
+from search_spaces import isa
 from search_spaces.templates.fixed_vector import (VEC_NAMES, lrn_vector, lrn_vector_source,
-                                       max_pool_nchw_vector, max_pool_vector)
+                                                  pool_nchw_vector, pool_vector)
 from search_spaces.space import Config, ConfigSpace, Knob
 from search_spaces.template import Template
 from workloads.errors import InstantiationError
 
 GENERATED = ("max_pool2d", "avg_pool2d", "global_avg_pool2d", "softmax", "lrn")
+POOLS = ("max_pool2d", "avg_pool2d", "global_avg_pool2d")
+PARALLEL_READS = 1 << 16   # a vector pool reading fewer input elements runs on one thread
 
 
 def _main(w) -> tuple[str, dict, list[dict]]:
@@ -36,20 +39,45 @@ def _main(w) -> tuple[str, dict, list[dict]]:
 
 class FixedTemplate(Template):
     name = "fixed"
-    version = 3
+    version = 4
     workload_kind = "fixed"
     tunable = False   # one point per workload: nothing to search
     entry = "kernel"
 
     def space(self, workload, max_threads: int = 1) -> ConfigSpace:
-        return ConfigSpace([Knob("threads", (1,), True, "fixed kernels run on one thread")])
+        planes = self._vector_planes(workload)
+        if not planes:
+            return ConfigSpace([Knob("threads", (1,), True, "scalar fixed kernels run on one thread")])
+        return ConfigSpace([Knob("threads", tuple(range(1, min(max(1, max_threads), planes) + 1)), True,
+                                 "Numba threads (vector pools: planes split across them)")])
 
     def default_config(self, workload, max_threads: int = 1) -> Config:
-        return Config({"threads": 1})
+        """One thread, or every thread for a vector pool reading at least PARALLEL_READS
+        input elements (ShuffleNet's 24 x 56 x 56 3x3/2 average pool: 75k)."""
+        threads = self.space(workload, max_threads).knob("threads").values[-1]
+        if math.prod(workload.p["inputs"][0][0]) < PARALLEL_READS:
+            threads = 1
+        return Config({"threads": threads})
+
+    @staticmethod
+    def _vector_planes(w) -> int:
+        """The (n, c) planes of a pool the vector form generates (0 when the scalar one runs)."""
+        try:
+            op, attrs, epilogue = _main(w)
+        except InstantiationError:
+            return 0
+        in_dtype = w.p["inputs"][0][1]
+        if op not in POOLS or epilogue or in_dtype != w.dtype or not w.dtype.startswith("float"):
+            return 0
+        if not pool_vector(op, attrs):
+            return 0
+        xs = tuple(w.p["inputs"][0][0])
+        return xs[0] * xs[1] if len(xs) == 4 else 0
 
     def codegen(self, workload, config: Config) -> str:
         w = workload
-        self.space(w).validate(config)
+        threads = int(config.get("threads", 1))
+        self.space(w, threads).validate(config)
         op, attrs, epilogue = _main(w)
         if op not in GENERATED:
             raise InstantiationError(f"no generated kernel for {op!r} (the NumPy reference runs it)")
@@ -72,14 +100,16 @@ class FixedTemplate(Template):
         sig = ", ".join([f"p{k}" for k in range(n_params)] + ["out"])
         lines = epi.prep_lines() + ["X = p0", "Cf = out.reshape(-1)"]
         imports = ["import numba", "import numpy as np"]
-        vec = 16 if w.dtype == "float32" else 8
-        vector = not epilogue and not int_pool and convert is None and (op == "max_pool2d" and max_pool_vector(attrs)
-                                   or op == "lrn" and lrn_vector(attrs, x_shape))
+        vec = isa.current().lanes(w.dtype)
+        vector = (self._vector_planes(w) > 0
+                  or not epilogue and op == "lrn" and w.dtype == in_dtype and lrn_vector(attrs, x_shape))
         if vector:
             # Outputs as vectors (search_spaces.templates.fixed_vector); the kernel stores them itself.
             imports += [f"from search_spaces.runtime.simd import {', '.join(VEC_NAMES)}",
                         "from search_spaces.runtime.vector_ops import vdiv, vmax, vmul"]
-            lines += (max_pool_nchw_vector(attrs, x_shape, shape, vec) if op == "max_pool2d"
+            if threads > 1:
+                imports.append("from numba import prange")
+            lines += (pool_nchw_vector(op, attrs, x_shape, shape, vec, threads) if op in POOLS
                       else lrn_vector_source(attrs, x_shape, vec))
         else:
             body = getattr(self, "_" + op)(attrs, x_shape, shape)
@@ -101,7 +131,8 @@ class FixedTemplate(Template):
         if not self._float:
             head.append(f"LOWEST = {DTYPE_SRC[in_dtype]}({-128 if in_dtype == 'int8' else 0})"
                         "   # the lowest level (the reference's padding)")
-        kern = ["@numba.njit(cache=True)", f"def kernel({sig}):"] + ["    " + ln for ln in lines]
+        jit = "@numba.njit(cache=True" + (", parallel=True)" if threads > 1 else ")")
+        kern = [jit, f"def kernel({sig}):"] + ["    " + ln for ln in lines]
         return "\n".join(head) + "\n\n\n" + "\n".join(kern) + "\n"
 
     # -- generators: each returns loop lines ending in the element's statement ------------

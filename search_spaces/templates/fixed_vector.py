@@ -1,14 +1,13 @@
-"""Vector forms of fixed-template kernels (no epilogue): max pooling and LRN.
+"""Vector forms of fixed-template kernels (no epilogue): pooling and LRN.
 
-**Max pooling** (NCHW, horizontal stride 1 or 2).
-
-Each (n, c) plane is first copied into a scratch plane bordered with -inf, as large as every
-window needs (padding and ceil mode included), so the window loops have no bounds tests;
-then each output row is computed VEC outputs at a time: for every window offset (kh, kw) one
-vector of inputs (``vload_n`` for stride 1, the even lanes of two loads, ``vload_s2``, for
-stride 2) and one ``vmax``; ``vstore_n`` writes the row's last, partial vector. The scalar
-form of ``search_spaces.templates.fixed`` did one compare-and-branch per window element (~36 cycles
-per output on ResNet-50's 3x3/2 pool).
+**Pooling** (NCHW; max and average with horizontal stride 1 or 2, global average): the
+(n, c) planes split into contiguous ranges across the kernel's threads (``prange``), each
+with its own scratch plane. Max/average: each plane is first copied into a scratch plane
+bordered with -inf (max) or 0 (average), as large as every window needs, so the window loops
+have no bounds tests; then each output row is computed VEC outputs at a time (``pool_nchw_vector``).
+The scalar forms of ``search_spaces.templates.fixed`` did one compare-and-branch per window
+element (~36 cycles per output on ResNet-50's 3x3/2 pool); ShuffleNet's 3x3/2 average pools
+and its 7x7 global one took 0.6 ms of a 6.7 ms model (Zen 3, 1 thread) before the vector form.
 
 **LRN** across the channels of a contiguous inner block (NCHW, axis 1), with beta 0.5, 0.75
 or 1 (powers made of ``vsqrt``; other betas stay scalar): VEC positions at a time, the
@@ -19,45 +18,111 @@ from __future__ import annotations
 
 import math
 
-VEC_NAMES = ("vfma", "vload_n", "vload_s2", "vsplat", "vsqrt", "vstore_n")
+VEC_NAMES = ("vadd", "vfma", "vload", "vload_n", "vload_s2", "vsplat", "vsqrt", "vstore",
+             "vstore_n")
 
 
-def max_pool_vector(a: dict) -> bool:
-    """Whether the vector form applies: NCHW, horizontal stride 1 or 2, no dilation."""
+def pool_vector(op: str, a: dict) -> bool:
+    """Whether the vector form applies: NCHW, horizontal stride 1 or 2, no dilation (max and
+    average pooling), or a global average pool of NCHW planes."""
+    if op == "global_avg_pool2d":
+        return a["layout"] == "NCHW"
     return (a["layout"] == "NCHW" and a["strides"][1] in (1, 2)
             and tuple(a.get("dilation", (1, 1))) == (1, 1))
 
 
-def max_pool_nchw_vector(a: dict, xs: tuple, os: tuple, vec: int) -> list[str]:
+def max_pool_vector(a: dict) -> bool:
+    return pool_vector("max_pool2d", a)
+
+
+def _plane_loop(threads: int, scratch: list[str]) -> list[str]:
+    """The loop over (n, c) planes, split into ``threads`` contiguous ranges (``prange``);
+    ``scratch`` lines allocate each range's private buffers."""
+    return [f"THREADS = {threads}",
+            "per = (NC + THREADS - 1) // THREADS",
+            f"for t in {'prange' if threads > 1 else 'range'}(THREADS):",
+            *("    " + ln for ln in scratch),
+            "    for nc in range(t * per, min(NC, (t + 1) * per)):"]
+
+
+def _whole_plane(op: str, a: dict, xs: tuple, os: tuple) -> bool:
+    """An average pool whose one window is the whole unpadded plane (a global average)."""
+    if op == "global_avg_pool2d":
+        return True
+    return (op == "avg_pool2d" and tuple(os[2:]) == (1, 1) and tuple(a["pool_size"]) == tuple(xs[2:])
+            and not any(a["padding"]))
+
+
+def pool_nchw_vector(op: str, a: dict, xs: tuple, os: tuple, vec: int, threads: int = 1) -> list[str]:
+    """NCHW pooling, VEC outputs at a time, the planes split across ``threads``.
+
+    Max and average pooling: each plane is copied into a scratch plane bordered with -inf
+    (max) or 0 (average), as large as every window needs (padding and ceil mode included), so
+    the window loops have no bounds tests; each output row is then VEC outputs at a time: per
+    window offset one vector of inputs (``vload_n`` for stride 1, the even lanes of two loads,
+    ``vload_s2``, for stride 2) and one ``vmax`` / ``vadd``; an average divides by the window's
+    count (``count_include_pad`` or the taps inside the image), computed once per call into a
+    plane of counts. A global average sums each contiguous plane VEC lanes at a time."""
     n_, c_, h, w = xs
+    if _whole_plane(op, a, xs, os):
+        hw = h * w
+        return [f"VEC, NC, HW = {vec}, {n_ * c_}, {hw}",
+                "Xf = X.reshape(-1)"] + _plane_loop(threads, ["T = np.empty(VEC, DTYPE)"]) + [
+            "        base = nc * HW",
+            "        acc = vsplat(ZERO, VEC)",
+            "        u = 0",
+            "        while u + VEC <= HW:",
+            "            acc = vadd(acc, vload(Xf, base + u, VEC))",
+            "            u += VEC",
+            "        vstore(T, 0, acc)",
+            "        s = ZERO",
+            "        for i in range(VEC):",
+            "            s += T[i]",
+            "        for i in range(u, HW):",
+            "            s += Xf[base + i]",
+            "        Cf[nc] = DTYPE(s / HW)"]
     oh_, ow_ = os[2], os[3]
     (kh, kw), (sh, sw) = a["pool_size"], a["strides"]
     pt, pl, pb, pr = a["padding"]
     ph = max(h + pt + pb, (oh_ - 1) * sh + kh)   # padded plane, every window inside it
     pw = max(w + pl + pr, (ow_ - 1) * sw + kw)
     load = "vload_n(P, r + {kw}, cnt, VEC)" if sw == 1 else "vload_s2(P, r + {kw}, cnt, VEC)"
-    return [
-        f"VEC = {vec}",
-        "Xf = X.reshape(-1)",
-        f"P = np.full({ph * pw}, -np.inf, DTYPE)   # one plane, -inf around the image",
-        f"for nc in range({n_ * c_}):",
-        f"    src = nc * {h * w}",
-        f"    for ih in range({h}):",
-        f"        dst = (ih + {pt}) * {pw} + {pl}",
-        "        u = 0",
-        f"        while u < {w}:",
-        f"            vstore_n(P, dst + u, vload_n(Xf, src + ih * {w} + u, {w} - u, VEC), {w} - u)",
-        "            u += VEC",
-        f"    obase = nc * {oh_ * ow_}",
-        f"    for oh in range({oh_}):",
-        f"        for ow0 in range(0, {ow_}, VEC):",
-        f"            cnt = min(VEC, {ow_} - ow0)",
-        "            acc = vsplat(DTYPE(-np.inf), VEC)",
-        f"            for kh in range({kh}):",
-        f"                r = (oh * {sh} + kh) * {pw} + ow0 * {sw}",
-    ] + [f"                acc = vmax(acc, {load.format(kw=k)})" for k in range(kw)] + [
-        f"            vstore_n(Cf, obase + oh * {ow_} + ow0, acc, cnt)",
-    ]
+    is_max = op == "max_pool2d"
+    fill, combine = ("-np.inf", "vmax") if is_max else ("0", "vadd")
+    lines = [f"VEC, NC = {vec}, {n_ * c_}", "Xf = X.reshape(-1)"]
+    if not is_max:
+        if a["count_include_pad"]:
+            cnt = f"(min(h0 + {kh}, {h + pb}) - h0) * (min(w0 + {kw}, {w + pr}) - w0)"
+        else:
+            cnt = f"(min(h0 + {kh}, {h}) - max(h0, 0)) * (min(w0 + {kw}, {w}) - max(w0, 0))"
+        lines += [f"CNT = np.empty({oh_ * ow_}, DTYPE)   # the count each window divides by",
+                  f"for oh in range({oh_}):",
+                  f"    h0 = oh * {sh} - {pt}",
+                  f"    for ow in range({ow_}):",
+                  f"        w0 = ow * {sw} - {pl}",
+                  f"        CNT[oh * {ow_} + ow] = DTYPE(max({cnt}, 1))"]
+    lines += _plane_loop(threads, [f"P = np.full({ph * pw}, {fill}, DTYPE)   # one plane, "
+                                   f"{fill} around the image"])
+    body = [
+        f"src = nc * {h * w}",
+        f"for ih in range({h}):",
+        f"    dst = (ih + {pt}) * {pw} + {pl}",
+        "    u = 0",
+        f"    while u < {w}:",
+        f"        vstore_n(P, dst + u, vload_n(Xf, src + ih * {w} + u, {w} - u, VEC), {w} - u)",
+        "        u += VEC",
+        f"obase = nc * {oh_ * ow_}",
+        f"for oh in range({oh_}):",
+        f"    for ow0 in range(0, {ow_}, VEC):",
+        f"        cnt = min(VEC, {ow_} - ow0)",
+        f"        acc = vsplat(DTYPE({fill}), VEC)",
+        f"        for kh in range({kh}):",
+        f"            r = (oh * {sh} + kh) * {pw} + ow0 * {sw}",
+    ] + [f"            acc = {combine}(acc, {load.format(kw=k)})" for k in range(kw)]
+    if not is_max:
+        body.append(f"        acc = vdiv(acc, vload_n(CNT, oh * {ow_} + ow0, cnt, VEC))")
+    body.append(f"        vstore_n(Cf, obase + oh * {ow_} + ow0, acc, cnt)")
+    return lines + ["        " + ln for ln in body]
 
 
 LRN_POWERS = {0.5: "vsqrt(d)", 0.75: "vmul(vsqrt(d), vsqrt(vsqrt(d)))", 1.0: "d"}

@@ -27,7 +27,13 @@ the same realistic numbers, and each row's output is compared with ONNX Runtime'
 error). Measurements are interleaved: ``rounds`` passes over all contenders, each taking
 ``repeat / rounds`` samples, so a neighbour's load spreads over every row. Each row also
 names its main bottleneck (the kind of kernel taking most of the time, from a per-kernel
-profile) and the runtime's own overhead (the same loop over no-op kernels).
+profile), where the time goes (its five largest kernels with share, GFLOPS and the time of a
+BLAS GEMM of the same size: ``tuner.bench.hotspots``) and the runtime's own overhead (the
+same loop over no-op kernels).
+
+Several models in one command (``bench model A.onnx B.onnx ...``) give one JSON with each
+model's result and ``models_markdown``: one line per model and thread count, every group's
+p50 and its ratio to ONNX Runtime.
 """
 from __future__ import annotations
 
@@ -40,6 +46,7 @@ from typing import Callable
 import numpy as np
 
 from tuner.compiler.module import time_interleaved
+from tuner.bench.hotspots import hotspots, hotspots_markdown
 
 GROUPS = {
     "A": ("ONNX Runtime", "onnxruntime", "-"),
@@ -58,11 +65,12 @@ COLUMNS = ["group", "what", "threads", "graph_passes", "tuning", "dtype", "p50_m
 AGREEMENT_SEED = 10_000   # agreement inputs: never a calibration seed (0..N-1)
 
 
-def _bottleneck(module, inputs) -> str:
-    """The kind of kernel taking most of the time, and the largest single kernel's share."""
+def _bottleneck(prof) -> str:
+    """The kind of kernel taking most of the time, and the largest single kernel's share
+    (``prof``: ``Module.profile`` pairs)."""
     share: dict[str, float] = {}
     top = (None, 0.0)
-    for step, t in module.profile(inputs, repeat=2):
+    for step, t in prof:
         share[step.kind] = share.get(step.kind, 0.0) + t
         if t > top[1]:
             top = (step, t)
@@ -187,9 +195,10 @@ def bench_model(path: str, threads_list: list[int], *, groups: str = "ANBCD", se
                    "max_abs_err": compare("out", np.asarray(c["out"]), expected, 1e-3, 1e-4).max_abs,
                    "kernels": "-", "bottleneck": "-", "overhead_ms": None}
             if m is not None:
+                prof = m.profile(inputs, repeat=5)
                 row.update(kernels=m.summary.line(path).split(": ", 1)[1].split(";")[0],
-                           counts=m.summary.counts, bottleneck=_bottleneck(m, inputs),
-                           overhead_ms=m.overhead() * 1e3)
+                           counts=m.summary.counts, bottleneck=_bottleneck(prof),
+                           hotspots=hotspots(prof, threads), overhead_ms=m.overhead() * 1e3)
             rows.append(row)
         for row in rows[-len(contenders):]:
             for g, col in (("N", "vs_numpy"), ("A", "vs_ort")):
@@ -197,6 +206,10 @@ def bench_model(path: str, threads_list: list[int], *, groups: str = "ANBCD", se
                     row[col] = timing[g].p50 * 1e3 / row["p50_ms"]
                     row[col + "_cpu"] = timing[g].cpu_p50 * 1e3 / row["cpu_p50_ms"]
         log(table_markdown({"rows": rows[-len(contenders):]}))
+        for row in rows[-len(contenders):]:
+            if row.get("hotspots"):
+                log(f"\nwhere the time goes, group {row['group']}, {threads} thread(s):")
+                log(hotspots_markdown(row["hotspots"]))
     return {"kind": "bench-model", "model": path, "name": graph.name, "seed": seed,
             "calibration": calibration if int8 else None, "calib_method": calib_method,
             "agreement_inputs": agreement if int8 else None,
@@ -242,3 +255,23 @@ def write_results(data: dict, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1, default=str))
     return path
+
+
+def models_markdown(results: list[dict]) -> str:
+    """One line per model and thread count: ONNX Runtime's p50 and every other group's p50
+    with its ratio to it (ORT time / ours: above 1 is faster than ONNX Runtime)."""
+    groups = [g for g in GROUPS if any(r["group"] == g for d in results for r in d["rows"])]
+    others = [g for g in groups if g != "A"]
+    head = ["model", "threads"] + (["A ms"] if "A" in groups else []) + [f"{g} ms" for g in others]
+    if "A" in groups:
+        head += [f"{g} vs A" for g in others]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for d in results:
+        for t in sorted({r["threads"] for r in d["rows"]}):
+            rows = {r["group"]: r for r in d["rows"] if r["threads"] == t}
+            cells = [d["name"], str(t)]
+            cells += [_fmt(rows[g]["p50_ms"], "p50_ms") if g in rows else "-" for g in groups]
+            if "A" in groups:
+                cells += [_fmt(rows[g].get("vs_ort"), "vs_ort") if g in rows else "-" for g in others]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -2,6 +2,7 @@
 always beside a competitor in the same run."""
 from __future__ import annotations
 
+import os
 import datetime as dt
 import json
 from pathlib import Path
@@ -40,7 +41,8 @@ def register(sub) -> None:
     lad.set_defaults(handler=run_ladder)
 
     mb = bsub.add_parser("model", help="model latency: built (groups B-D) vs ONNX Runtime and the NumPy executor")
-    mb.add_argument("model", metavar="MODEL", help="an .onnx model (extra .[onnx])")
+    mb.add_argument("model", metavar="MODEL", nargs="+",
+                    help="one or more .onnx models (extra .[onnx]); several give one summary table")
     mb.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     mb.add_argument("--groups", default="ANBCD",
                     help="A ONNX Runtime, N NumPy executor, B no passes, C + passes, D + tuned, "
@@ -222,7 +224,7 @@ def run_ladder(args) -> int:
 
 
 def run_model(args) -> int:
-    from tuner.bench.model_bench import bench_model, table_markdown, write_results
+    from tuner.bench.model_bench import bench_model, models_markdown, table_markdown, write_results
     from workloads.errors import UsageError
     from tuner.target import usable_cores
 
@@ -233,16 +235,24 @@ def run_model(args) -> int:
         raise UsageError(f"--groups must be letters of ANBCDEFQ, got {args.groups!r}")
     if args.calibration < 1 or args.agreement < 1:
         raise UsageError("--calibration and --agreement must be >= 1")
-    if not args.model.endswith(".onnx"):
-        raise UsageError(f"bench model compares with ONNX Runtime: give an .onnx model, not {args.model}")
+    for model in args.model:
+        if not model.endswith(".onnx"):
+            raise UsageError(f"bench model compares with ONNX Runtime: give an .onnx model, not {model}")
+        if not os.path.isfile(model):
+            raise UsageError(f"no such model file: {model}")
     if args.repeat < 3:
         raise UsageError(f"--repeat must be >= 3, got {args.repeat}")
-    data = bench_model(args.model, threads, groups=args.groups, seed=args.seed, repeat=args.repeat,
-                       db=args.db, jobs=args.jobs, calibration=args.calibration,
-                       agreement=args.agreement, calib_method=args.calib_method)
+    results = [bench_model(model, threads, groups=args.groups, seed=args.seed, repeat=args.repeat,
+                           db=args.db, jobs=args.jobs, calibration=args.calibration,
+                           agreement=args.agreement, calib_method=args.calib_method)
+               for model in args.model]
+    data = results[0] if len(results) == 1 else {"kind": "bench-models", "models": results}
     path = write_results(data, _out(args, "model"))
-    print()
-    print(table_markdown(data))
+    for d in results:
+        print(f"\n{d['name']}:")
+        print(table_markdown(d))
+    if len(results) > 1:
+        print("\n" + models_markdown(results))
     print(f"\nwrote {path}")
     return 0
 
@@ -277,10 +287,15 @@ def run_report(args) -> int:
         kind = data["kind"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"{args.file} is not a bench result file ({exc})") from None
-    if kind == "bench-model":
+    if kind in ("bench-model", "bench-models"):
+        from tuner.bench.model_bench import models_markdown
         from tuner.bench.model_bench import table_markdown as model_markdown
 
-        print(model_markdown(data))
+        results = data["models"] if kind == "bench-models" else [data]
+        for d in results:
+            print(f"{d['name']}:\n{model_markdown(d)}\n")
+        if len(results) > 1:
+            print(models_markdown(results))
         return 0
     if kind == "bench-int8":
         from tuner.bench.int8_bench import table_markdown as int8_markdown
