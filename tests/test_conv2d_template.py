@@ -177,3 +177,20 @@ def test_grouped_conv_features():
     f = bind("conv2d", w.params())(t.default_config(w, 1))
     assert f["conv_groups"] == 2.0 and f["conv_pointwise"] == 1.0
     assert abs(f["conv_im2col_expansion"]) < 1e-9   # a pointwise group's B is its channels in place
+
+
+def test_default_parallel_split_keeps_every_thread_busy():
+    """At 2 threads the default cuts the parallel axis into blocks that split evenly
+    (ResNet-50's M = 256, N = 196 3x3 conv: 2 blocks of 128 rows, not 3 of 96), and the
+    efficiency bound is what ``split_efficiency`` says; 1 thread is not split."""
+    from search_spaces.templates.conv2d import split_efficiency
+
+    assert split_efficiency(256, 96, 2) == pytest.approx(128 / 192)
+    assert split_efficiency(256, 128, 2) == 1.0
+    t = get_template("conv2d")
+    w = conv_workload(256, 14, 256, 3, 1, 2, residual=False)   # M 256, N 14 x 15, K 2304
+    cfg = t.default_config(w, max_threads=2)
+    axis, tile = cfg["parallel"], cfg["tile_m" if cfg["parallel"] == "m" else "tile_n"]
+    dim = 256 if axis == "m" else 14 * 15
+    assert split_efficiency(dim, tile, 2) >= 0.97, dict(cfg)
+    assert t.default_config(w, max_threads=1)["parallel"] == "none"
