@@ -1,9 +1,9 @@
 """``verify``: the built module against ONNX Runtime on the same (random) weights.
 
 SqueezeNet, ResNet-50 at one thread, ShuffleNet and AlexNet (at 1 and 2 threads) run by
-default; Inception v1 and VGG-19 compile many kernels on a cold cache (a minute or more
-each) and are marked slow: ``python -m pytest -m slow
-tests/test_verify.py``."""
+default; the nine light models at 1 and 2 threads (DenseNet-121, Inception v1/v2, VGG-19,
+ZFNet-512 and the rest) are marked slow: ``python -m pytest -m slow tests/test_verify.py``
+(every model compiles its kernels on a cold cache: tens of minutes in all)."""
 from __future__ import annotations
 
 import os
@@ -73,9 +73,18 @@ def test_verify_grouped_and_depthwise_models(name, threads, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["inception_v1", "vgg19"])
-def test_verify_light_models(name, tmp_path):
-    _check_light(name, tmp_path)
+@pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("name", ["densenet121", "inception_v1", "inception_v2", "resnet50",
+                                  "squeezenet", "vgg19", "zfnet512"])
+def test_verify_light_models(name, threads, tmp_path):
+    """The other light models at 1 and 2 threads (with the default run's, all nine at both),
+    every group a generated kernel."""
+    from tuner.target import usable_cores
+
+    if int(threads) > usable_cores():
+        pytest.skip(f"needs {threads} usable cores, this machine has {usable_cores()}")
+    out = _check_light(name, tmp_path, "--threads", threads)
+    assert " 0 numpy;" in out.splitlines()[0], out.splitlines()[0]
 
 
 def _small_model(path: Path) -> str:
