@@ -155,27 +155,40 @@ class QuantAnchorTemplate(Template):
     def store_lines(self, w, epi, stmts, store, flat, row_lines, par) -> list[str]:
         """The epilogue: per output row, ``acc + corr`` through ``stmts`` into out."""
         g = w.geometry
-        body = []
-        contiguous = flat == f"i * {g['N']} + j"
-        body.append("Cf = out.reshape(-1)")
-        if not contiguous and not par:
-            body.append(f"row = np.empty(N, {qe.out_dtype_src(epi)})   # one output row")
-        body.append(f"for i in {'prange' if par else 'range'}(M):")
-        body += ["    " + ln for ln in row_lines]
-        if contiguous:      # the output row is contiguous: store in place
+        if flat == f"i * {g['N']} + j":   # the output row is contiguous: store in place
+            body = ["Cf = out.reshape(-1)",
+                    f"for i in {'prange' if par else 'range'}(M):"]
+            body += ["    " + ln for ln in row_lines]
             body += ["    for j in range(N):",
                      "        v = np.int32(acc[i, j] + corr[j])"]
             body += ["        " + ln for ln in stmts]
             body += [f"        Cf[{flat}] = {store}"]
-        else:   # (NCHW) the row is strided in out: a contiguous loop into a row, then stores
+        else:   # (NCHW) C[i, j] is out[n, j, pix]: RB pixels at a time, each row's epilogue
+            # a contiguous (vectorized) loop over channels into a tile, then per channel one
+            # contiguous run of RB pixels stored (a transposition through L1, not N strided
+            # stores per pixel)
+            body = ["Cf = out.reshape(-1)",
+                    "RB = 32   # pixels per tile",
+                    "NPB = (P + RB - 1) // RB   # tiles per image",
+                    f"tile = np.empty((RB, N), {qe.out_dtype_src(epi)})" if not par else "",
+                    f"for blk in {'prange' if par else 'range'}(M // P * NPB):",
+                    "    n = blk // NPB",
+                    "    pix0 = (blk - n * NPB) * RB",
+                    "    rb = min(RB, P - pix0)"]
             if par:   # private to the iteration
-                body.append(f"    row = np.empty(N, {qe.out_dtype_src(epi)})")
-            body += ["    for j in range(N):",
-                     "        v = np.int32(acc[i, j] + corr[j])"]
-            body += ["        " + ln for ln in stmts]
-            body += [f"        row[j] = {store}",
+                body.append(f"    tile = np.empty((RB, N), {qe.out_dtype_src(epi)})")
+            body += ["    for r in range(rb):",
+                     "        pix = pix0 + r",
+                     "        i = n * P + pix",
+                     "        for j in range(N):",
+                     "            v = np.int32(acc[i, j] + corr[j])"]
+            body += ["            " + ln for ln in stmts]
+            body += [f"            tile[r, j] = {store}",
                      "    for j in range(N):",
-                     f"        Cf[{flat}] = row[j]"]
+                     "        base = (n * N + j) * P + pix0",
+                     "        for r in range(rb):",
+                     "            Cf[base + r] = tile[r, j]"]
+            body = [ln for ln in body if ln]
         return body
 
     def extra_constants(self, w) -> list[str]:
