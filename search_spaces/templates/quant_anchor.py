@@ -257,13 +257,13 @@ class QConv2dTemplate(QuantAnchorTemplate):
                   "_k = np.arange(K)"]
         if nchw:   # k = (c, kh, kw), as OIHW flattens; image [C, H, W]
             lines += ["IMG, ROW, PIXEL, CHANNEL = IN_C * PAD_H * PAD_W, PAD_W, 1, PAD_H * PAD_W",
-                      "K_OFF = ((_k // (KH * KW)) * CHANNEL + (_k // KW) % KH * DH * ROW"
+                      "K_OFF_S = ((_k // (KH * KW)) * CHANNEL + (_k // KW) % KH * DH * ROW"
                       " + _k % KW * DW * PIXEL).astype(np.int64)"]
         else:      # k = (kh, kw, c), as HWIO flattens; image [H, W, C]
             lines += ["IMG, ROW, PIXEL, CHANNEL = PAD_H * PAD_W * IN_C, PAD_W * IN_C, IN_C, 1",
-                      "K_OFF = (_k % IN_C + (_k // (KW * IN_C)) * DH * ROW"
+                      "K_OFF_S = (_k % IN_C + (_k // (KW * IN_C)) * DH * ROW"
                       " + (_k // IN_C) % KW * DW * PIXEL).astype(np.int64)"]
-        return lines
+        return lines + ["K_OFF = K_OFF_S.astype(np.uint64)   # unsigned: indexing without a wraparound test"]
 
     def operands(self, w, c):
         g = w.geometry
@@ -314,7 +314,11 @@ class QConv2dTemplate(QuantAnchorTemplate):
         G = i8.OPERANDS[c["dot"]][0]
         nchw = g["data_layout"] == "NCHW"
         span = (not nchw) and g["C"] % G == 0 and int(c["tile_k"]) % G == 0
+        units = [f"U{v}" for v in range(mr * G)]
         lines = [
+            ", ".join(units) + " = " + ", ".join(f"np.uint64({v})" for v in range(mr * G)),
+            "",
+            "",
             "@numba.njit(cache=True)",
             "def pack_a(X, i0, p0, mc, kc, Ap):",
             '    """Implicit im2col: rows i0..i0+mc (output pixels) x taps p0..p0+kc of the',
@@ -330,6 +334,8 @@ class QConv2dTemplate(QuantAnchorTemplate):
             '    """',
             "    Xf = X.reshape(-1)",
             "    Apf = Ap.reshape(-1)",
+            "    # the full panels index with unsigned integers (U<c> = np.uint64(c)): no",
+            "    # negative-index wraparound test per element",
             "    full = kc // G",
             "    kg = (kc + G - 1) // G",
             "    for q in range((mc + MR - 1) // MR):",
@@ -343,25 +349,25 @@ class QConv2dTemplate(QuantAnchorTemplate):
                      "n = i // P",
                      "pix = i - n * P",
                      "oh = pix // OUT_W",
-                     f"b{r} = n * IMG + oh * SH * ROW + (pix - oh * OUT_W) * SW * PIXEL   # row {r}'s window origin"]
+                     f"b{r} = np.uint64(n * IMG + oh * SH * ROW + (pix - oh * OUT_W) * SW * PIXEL)   # row {r}'s window origin"]
         body += ["for g in range(full):",
                  "    k = p0 + g * G",
-                 "    d = dq + g * (MR * G)"]
+                 "    d = np.uint64(dq + g * (MR * G))"]
         if span:
             body.append("    o = K_OFF[k]   # G contiguous channels of one tap")
             for r in range(mr):
-                body += [f"    Apf[d + {r * G + t}] = Xf[b{r} + o + {t}]" for t in range(G)]
+                body += [f"    Apf[d + U{r * G + t}] = Xf[b{r} + o + U{t}]" for t in range(G)]
         else:
             body += [f"    o{t} = K_OFF[k + {t}]" for t in range(G)]
             for r in range(mr):
-                body += [f"    Apf[d + {r * G + t}] = Xf[b{r} + o{t}]" for t in range(G)]
+                body += [f"    Apf[d + U{r * G + t}] = Xf[b{r} + o{t}]" for t in range(G)]
         body += ["if full < kg:   # the last, partial group"]
         body += ["    for t in range(G):",
                  "        for r in range(MR):",
                  "            Apf[dq + full * (MR * G) + r * G + t] = 0"]
         for r in range(mr):
             body += [f"    for t in range(kc - full * G):",
-                     f"        Apf[dq + full * (MR * G) + {r * G} + t] = Xf[b{r} + K_OFF[p0 + full * G + t]]"]
+                     f"        Apf[dq + full * (MR * G) + {r * G} + t] = Xf[np.int64(b{r}) + K_OFF_S[p0 + full * G + t]]"]
         lines += ["            " + ln for ln in body]
         lines += [
             "        else:   # the last panel: rows past h are zero",
@@ -376,7 +382,7 @@ class QConv2dTemplate(QuantAnchorTemplate):
             "                        kk = gg * G + t",
             "                        v = np.uint8(0)",
             "                        if r < h and kk < kc:",
-            "                            v = Xf[b + K_OFF[p0 + kk]]",
+            "                            v = Xf[b + K_OFF_S[p0 + kk]]",
             "                        Apf[dq + (gg * MR + r) * G + t] = v",
         ]
         return lines
