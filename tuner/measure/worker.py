@@ -237,7 +237,7 @@ def run(req: dict) -> dict:
         return {"status": "COMPILE_ERROR", "error": _short_error(exc)}
     outputs = w.make_outputs()
     args = [*inputs, *outputs]
-    info: dict[str, Any] = {}
+    info: dict[str, Any] = {"prepared": list(req["prepared"])} if req.get("prepared") else {}
     try:
         fn(*args)  # first call: loads Numba's cache; its output is the one checked
         stats = getattr(compiled, "stats", None)
