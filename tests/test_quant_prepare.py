@@ -62,14 +62,17 @@ def test_prepared_kernel_is_exact_and_never_reads_the_weight(make):
 
 def test_im2col_from_the_padded_image_with_batch_and_dilation():
     """Padding on every side, dilation, stride, batch 2, a partial last panel and group."""
-    for layout in ("NCHW", "NHWC"):
-        w = qconv(layout, batch=2, C=7, HW=(11, 10), O=9, k=3, stride=2, pad=2, dil=2)
+    # C = 8 in NHWC: each K group one contiguous span of channels (the span copy)
+    for layout, C in (("NCHW", 7), ("NHWC", 7), ("NHWC", 8)):
+        w = qconv(layout, batch=2, C=C, HW=(11, 10), O=9, k=3, stride=2, pad=2, dil=2)
         t, cfg, mod = _module(w)
         x = w.make_inputs(1)
         out = w.make_outputs()
         mod.kernel(*x, *out)
-        assert w.check(x, out, w.reference(x)) is None, layout
-        assert "def pad_input(" in t.codegen(w, cfg)
+        assert w.check(x, out, w.reference(x)) is None, (layout, C)
+        src = t.codegen(w, cfg)
+        assert "def pad_input(" in src
+        assert ("contiguous span of G channels" in src) == (layout == "NHWC" and C == 8)
 
 
 def _weight_input_graph():
