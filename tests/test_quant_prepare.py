@@ -136,3 +136,30 @@ def test_show_names_the_prepared_form(capsys):
     out = capsys.readouterr().out
     assert "def prepare(p1, p2):" in out and "def kernel_prepared(p0, p3, BP, corr, out):" in out
     assert "# prepared once: prepare(x1, x2)" in out and "kernel_prepared(x0, x3, *prepared, out)" in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_requantize_epilogue_is_vectorized(layout, tmp_path):
+    """The requantize loop over channels compiles to 8-lane AVX2 code: round half to even
+    (``vroundps $4``: the MXCSR default, as ``np.rint``) and float -> int32 conversion on ymm
+    registers. Compiled without Numba's cache (a cached function has no assembly to show)."""
+    import importlib.util
+    import re
+
+    w = qconv(layout, C=16, O=32)
+    t = get_template(w.kind)
+    src = t.codegen(w, t.default_config(w)).replace("cache=True", "cache=False")
+    path = tmp_path / "k_asm.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location("k_asm_" + layout, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    x = w.make_inputs(0)
+    pk = prepare_kernel(mod, t.prepared_inputs(w, t.default_config(w)), x)
+    out = w.make_outputs()
+    pk(*x, *out)
+    assert w.check(x, out, w.reference(x)) is None
+    asm = "\n".join(mod.kernel_prepared.inspect_asm().values())
+    assert re.search(r"vroundps\s+\$4, %ymm", asm), "requantize rounding is not vectorized"
+    assert re.search(r"vcvttps2dq\s+%ymm", asm), "the conversion to integers is not vectorized"
