@@ -121,6 +121,12 @@ class PreparedKernel:
         return self.fn(*self.args(arrays[:self.n_inputs], arrays[self.n_inputs:]))
 
 
+def prepared_inputs(template, workload, config) -> tuple[int, ...]:
+    """``template.prepared_inputs`` (() for a template object without it)."""
+    fn = getattr(template, "prepared_inputs", None)
+    return tuple(fn(workload, config)) if fn is not None else ()
+
+
 def prepare_kernel(module, indices: tuple[int, ...], inputs, runtime_args: tuple = ()) -> PreparedKernel:
     """Run ``module.prepare`` on ``inputs[i]`` for ``i`` in ``indices`` (the template's
     ``prepared_inputs``) and bind ``module.kernel_prepared`` to its result."""

@@ -48,7 +48,9 @@ def run(args) -> int:
         config = template.default_config(workload, threads)
         print(f"# default config: {config.to_json()}")
     print(template.codegen(workload, config))
-    prepared = template.prepared_inputs(workload, config)
+    from search_spaces.template import prepared_inputs
+
+    prepared = prepared_inputs(template, workload, config)
     if prepared:   # constant operands packed once (search_spaces/template.py)
         n_in = len(workload.input_specs())
         kept = [f"x{i}" for i in range(n_in) if i not in prepared]

@@ -149,10 +149,11 @@ def _bind_prepared(k: _Kernel, node: Node, fn, args: tuple, consts: set[str]):
     ``prepared_inputs``: weights packed, corrections folded) and all of them are constants of
     the graph, ``prepare`` runs once here and the step calls ``kernel_prepared`` on its result;
     otherwise (a weight given as a graph input) the entry, which prepares on every call."""
-    idx = k.template.prepared_inputs(k.workload, k.config)
+    from search_spaces.template import prepare_kernel, prepared_inputs
+
+    idx = prepared_inputs(k.template, k.workload, k.config)
     if not idx or any(node.inputs[i] not in consts for i in idx):
         return fn, args
-    from search_spaces.template import prepare_kernel
     from tuner.measure.kernel_key import import_kernel_module
 
     pk = prepare_kernel(import_kernel_module(k.path), idx, args[:-1],
@@ -171,6 +172,7 @@ def _cached(path: Path, cache: Path) -> bool:
 
 def _compile_in_workers(kernels: list[_Kernel], jobs: int, threads: int, cache: Path) -> dict:
     """Compile every distinct uncached source in ``jobs`` worker processes; path -> reply."""
+    from search_spaces.template import prepared_inputs
     from tuner.measure.pool import Worker, worker_env
 
     todo: dict[Path, _Kernel] = {}
@@ -196,7 +198,7 @@ def _compile_in_workers(kernels: list[_Kernel], jobs: int, threads: int, cache: 
             req = {"path": str(path), "entry": k.template.entry,
                    "runtime_args": list(k.template.runtime_args(k.workload, k.config)),
                    "arg_specs": k.workload.input_specs() + k.workload.output_specs(),
-                   "prepared": list(k.template.prepared_inputs(k.workload, k.config)),
+                   "prepared": list(prepared_inputs(k.template, k.workload, k.config)),
                    "n_inputs": len(k.workload.input_specs())}
             replies[path] = worker.call("build", req, 600.0)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from search_spaces.space import Config
+from search_spaces.template import prepared_inputs
 from tuner import settings
 from workloads.errors import InstantiationError
 from tuner.measure.kernel_key import kernel_digest
@@ -152,7 +153,7 @@ class Measurer:
         o = self.opts
         req = {"path": str(path), "entry": template.entry, **workload_request(workload),
                "runtime_args": list(template.runtime_args(workload, config)),
-               "prepared": list(template.prepared_inputs(workload, config)),
+               "prepared": list(prepared_inputs(template, workload, config)),
                "threads": template.threads(config), "warmup": o.warmup, "repeat": o.repeat,
                "min_repeat_ms": o.min_repeat_ms, "max_time_s": o.max_time_s, "check": o.check,
                "cutoff_s": cutoff_s, "placements": o.placements}
@@ -190,7 +191,7 @@ class Measurer:
                     return
                 builds[i] = self._build(worker, workload, template, paths[i],
                                         template.runtime_args(workload, configs[i]),
-                                        template.prepared_inputs(workload, configs[i]))
+                                        prepared_inputs(template, workload, configs[i]))
 
         # Identical sources (two configs generating the same code: configs differing only in
         # the template's runtime knobs, or knobs a formulation ignores) are built once, in
