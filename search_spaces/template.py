@@ -11,6 +11,23 @@ source but arguments appended after the arrays (``kernel(A, B, C, tile_m, tile_n
 their values given by ``runtime_args``. Configs that differ only in those knobs generate the
 same source, so they share one content address and one compiled module (docs/compile-once.md).
 Whoever calls a kernel binds its runtime arguments with ``bind_runtime_args``.
+
+Prepared operands (pack constant operands once): a template whose ``prepared_inputs`` names
+some of the workload's inputs (weights, bias: operands a model holds as constants) generates
+two more functions in the module:
+
+- ``prepare(*those inputs)`` returns a tuple of arrays, the operands in the form the kernel
+  reads (e.g. B packed in the blocks and K groups the dot-product instructions want, a
+  correction vector folded from the weights and the bias);
+- ``kernel_prepared(*the other inputs, *prepare's arrays, *outputs, *runtime args)``, the
+  kernel on them.
+
+``ENTRY`` keeps the workload's signature (``prepare`` then ``kernel_prepared`` on every call),
+so every caller that does not prepare stays correct. ``prepare_kernel`` binds the prepared
+form: a built model calls it once when it binds its constant initializers (a weight that is a
+graph input keeps ``ENTRY``), the measuring worker calls it outside the timed region (what a
+built model pays per call is what is timed). ``prepare`` must depend on nothing but its
+arguments and the module's constants; ``kernel_prepared`` must not write to its arrays.
 """
 from __future__ import annotations
 
@@ -63,6 +80,11 @@ class Template(ABC):
         model uses the generic knob encoding only. Must accept configs with extra knobs."""
         return None
 
+    def prepared_inputs(self, workload: Workload, config: Config) -> tuple[int, ...]:
+        """Indices of the workload inputs the generated ``prepare`` takes (see the module
+        docstring); () when the module has no ``prepare`` (every input read per call)."""
+        return ()
+
     def threads(self, config: Config) -> int:
         """Threads the generated kernel uses (the run worker sets Numba's pool to this)."""
         return int(config.get("threads", 1))
@@ -80,3 +102,35 @@ def bind_runtime_args(fn: Callable, args: tuple) -> Callable:
     bound.kernel = fn            # the compiled dispatcher (stats, signatures)
     bound.runtime_args = args
     return bound
+
+
+class PreparedKernel:
+    """A module's ``kernel_prepared`` with its prepared arrays: ``args(inputs, outputs)`` is
+    the argument tuple to call ``fn`` with (the inputs not prepared, the prepared arrays, the
+    outputs; runtime arguments are bound into ``fn``)."""
+
+    def __init__(self, fn: Callable, n_inputs: int, kept: tuple[int, ...], prepared: tuple):
+        self.fn, self.n_inputs, self.kept, self.prepared = fn, n_inputs, kept, prepared
+
+    def args(self, inputs, outputs) -> tuple:
+        return tuple(inputs[i] for i in self.kept) + self.prepared + tuple(outputs)
+
+    def __call__(self, *arrays: Any):
+        """Called with the workload's arrays (inputs, outputs); the prepared inputs among
+        them are not read (their prepared form is)."""
+        return self.fn(*self.args(arrays[:self.n_inputs], arrays[self.n_inputs:]))
+
+
+def prepared_inputs(template, workload, config) -> tuple[int, ...]:
+    """``template.prepared_inputs`` (() for a template object without it)."""
+    fn = getattr(template, "prepared_inputs", None)
+    return tuple(fn(workload, config)) if fn is not None else ()
+
+
+def prepare_kernel(module, indices: tuple[int, ...], inputs, runtime_args: tuple = ()) -> PreparedKernel:
+    """Run ``module.prepare`` on ``inputs[i]`` for ``i`` in ``indices`` (the template's
+    ``prepared_inputs``) and bind ``module.kernel_prepared`` to its result."""
+    prepared = tuple(module.prepare(*(inputs[i] for i in indices)))
+    kept = tuple(i for i in range(len(inputs)) if i not in indices)
+    return PreparedKernel(bind_runtime_args(module.kernel_prepared, runtime_args), len(inputs),
+                          kept, prepared)

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import json
 
-from search_spaces.gemm_engine.blocked import _AXIS, emit_packed_block_loops, kernel_params, tile_section
+from search_spaces.gemm_engine.blocked import (_AXIS, emit_block_loops, emit_packed_block_loops, kernel_params,
+                                               tile_section)
 from search_spaces.gemm_engine.microkernels import vector_tile_store_lines
 from search_spaces.runtime.simd_int8 import OPERANDS
 
@@ -131,6 +132,27 @@ def pack_b_source(b_layout: str = "KN") -> list[str]:
     return lines
 
 
+def pack_b_all_source() -> list[str]:
+    """``pack_b_all(B)``: every (TILE_N, TILE_K) block of B packed as ``pack_b`` packs it,
+    ``BP[jb, kb] = `` the block at ``j0 = jb * TILE_N``, ``p0 = kb * TILE_K``: what a kernel
+    taking ``BP`` (``kernel_source(b_packed=True)``) reads instead of packing B itself, so B
+    constant across calls is packed once."""
+    return [
+        "@numba.njit(cache=True)",
+        "def pack_b_all(B):",
+        '    """All of B in the blocks the kernel reads: BP[jb, kb] = pack_b of block (jb, kb)."""',
+        "    nb = (N + TILE_N - 1) // TILE_N",
+        "    kb_n = (K + TILE_K - 1) // TILE_K",
+        "    BP = empty_b(nb * kb_n * B_PANELS, KG, NR, G).reshape((nb, kb_n, B_PANELS, KG, NR, G))",
+        "    for jb in range(nb):",
+        "        j0 = jb * TILE_N",
+        "        for kb in range(kb_n):",
+        "            p0 = kb * TILE_K",
+        "            pack_b(B, p0, j0, min(TILE_K, K - p0), min(TILE_N, N - j0), BP[jb, kb])",
+        "    return BP",
+    ]
+
+
 def _group_loop(unroll: int, body) -> list[str]:
     """for g in [0, kg): ``body(g_expr)`` repeated ``unroll`` times, then the remainder."""
     if unroll == 1:
@@ -177,17 +199,36 @@ def micro_kernel_source(mr: int, nr: int, lanes: int, group: int, dot: str, unro
 
 
 def kernel_source(c: dict, name: str = "kernel", runtime: tuple[str, ...] = (),
-                  prologue: list[str] = ()) -> list[str]:
+                  prologue: list[str] = (), b_packed: bool = False) -> list[str]:
     """The block loops (``loop_order``; ``parallel`` as prange), packing hoisted to where each
     block is determined, and the macro-kernel over MR x NR tiles; the tile knobs in
-    ``runtime`` are arguments, set up by the ``prologue`` lines."""
+    ``runtime`` are arguments, set up by the ``prologue`` lines. ``b_packed``: the kernel
+    takes ``BP``, the whole B packed ahead by ``pack_b_all`` (``BP[j0 // TILE_N, p0 //
+    TILE_K]`` is the block ``pack_b`` would write), instead of B."""
     order, par = c["loop_order"], c["parallel"]
     jit = "@numba.njit(cache=True" + (", parallel=True" if par != "none" else "") + ")"
-    lines = [jit, f"def {name}({kernel_params(runtime)}):",
-             '    """C = A @ B (uint8 x int8 -> int32), writing every element of C."""']
+    params = kernel_params(runtime)
+    if b_packed:
+        params = params.replace("A, B, C", "A, BP, C", 1)
+    lines = [jit, f"def {name}({params}):",
+             '    """C = A @ B (uint8 x int8 -> int32), writing every element of C'
+             + (' (B packed ahead: BP)."""' if b_packed else '."""')]
     body: list[str] = list(prologue)
-    ind = emit_packed_block_loops(body, order, par, "Ap = empty_a(A_PANELS, KG, MR, G)   # packed A block",
-                                  "Bp = empty_b(B_PANELS, KG, NR, G)   # packed B block")
+    alloc_a = "Ap = empty_a(A_PANELS, KG, MR, G)   # packed A block"
+    if b_packed:   # no B packing: the block's panels are a view of BP
+        level_a = max(order.index("m"), order.index("k"))
+        level_b = max(order.index("k"), order.index("n"))
+        level_par = order.index(par) if par != "none" else 99
+        at_par = [alloc_a.replace("block", "block (private to this iteration)")] \
+            if level_a >= level_par else []
+        if level_a < level_par:
+            body.append(alloc_a)
+        ind = emit_block_loops(body, order, par, at_par,
+                               [(level_a, "pack_a(A, i0, p0, mc, kc, Ap)"),
+                                (level_b, "Bp = BP[j0 // TILE_N, p0 // TILE_K]   # packed ahead")])
+    else:
+        ind = emit_packed_block_loops(body, order, par, alloc_a,
+                                      "Bp = empty_b(B_PANELS, KG, NR, G)   # packed B block")
     body += [
         f"{ind}first = p0 == 0   # first K block stores, later ones add",
         f"{ind}for jr in range(0, nc, NR):",
@@ -235,18 +276,22 @@ def imports(c: dict) -> list[str]:
 
 def engine_parts(c: dict, *, pack_a: list[str] | None = None, b_layout: str = "KN",
                  name: str = "kernel", runtime: tuple[str, ...] = (),
-                 prologue: list[str] = ()) -> list[list[str]]:
+                 prologue: list[str] = (), b_packed: bool = False) -> list[list[str]]:
     """The functions of the engine (after ``constants``): aligned buffers, packing (``pack_a``
     replaces the A packing, e.g. an implicit im2col), micro-kernel and the blocked ``name``
-    (taking the ``runtime`` tile knobs as arguments, set up by ``prologue``)."""
+    (taking the ``runtime`` tile knobs as arguments, set up by ``prologue``). ``b_packed``:
+    ``name`` takes B packed ahead (``pack_b_all``, also emitted; module-constant tiles only)."""
     group, a_pack, b_pack = OPERANDS[c["dot"]]
     lanes = c["vec"] // 32
+    if b_packed and runtime:
+        raise ValueError("B packed ahead needs the cache blocks as module constants")
     return [empty_aligned_source("empty_a", a_pack),
             empty_aligned_source("empty_b", b_pack),
             pack_a if pack_a is not None else pack_a_source(), pack_b_source(b_layout),
+            *([pack_b_all_source()] if b_packed else []),
             micro_kernel_source(c["mr"], c["nr"], lanes, group, c["dot"], c["unroll_k"],
                                 "KG" if "tile_k" not in runtime else None),
-            kernel_source(c, name, runtime, prologue)]
+            kernel_source(c, name, runtime, prologue, b_packed)]
 
 
 def generate(w, c: dict, version: int, template: str = "gemm_int8",

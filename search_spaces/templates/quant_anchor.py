@@ -39,7 +39,7 @@ def _engine():
 
 
 class QuantAnchorTemplate(Template):
-    version = 1
+    version = 2
     entry = "kernel"
 
     def space(self, workload, max_threads: int = 1) -> ConfigSpace:
@@ -49,7 +49,7 @@ class QuantAnchorTemplate(Template):
         return _engine().default_config(workload.gemm(), max_threads)
 
     # -- what the subclasses define --------------------------------------------------------
-    def operands(self, w) -> tuple[list[str], list[str] | None, str]:
+    def operands(self, w, c: dict) -> tuple[list[str], list[str] | None, str]:
         """(kernel-start lines making ``A`` and ``B``, the pack_a source or None for the
         engine's, B's layout "NK" or "KN")."""
         raise NotImplementedError
@@ -70,7 +70,7 @@ class QuantAnchorTemplate(Template):
         g = w.geometry
         M, N, K = g["M"], g["N"], g["K"]
         epi = w.epilogue
-        prep, pack_a, b_layout = self.operands(w)
+        prep, pack_a, b_layout = self.operands(w, c)
         row_lines, flat, chan = self.out_index(w)
         try:
             stmts, store = qe.statements(epi, chan, flat)
@@ -93,52 +93,103 @@ class QuantAnchorTemplate(Template):
             + self.extra_constants(w)
         bias = qe.bias_param(epi)
         sc = qe.scale_param(epi)
-        body = list(prep)
+        prepared = self.prepared_inputs(w, config)
+        kept = [k for k in range(n_in) if k not in prepared]
+        # prepare: the constant operands (weight, bias) -> B packed in the kernel's blocks and
+        # the zero-point correction folded into the bias, once per weight (at build time)
+        prep_params = ", ".join(f"p{k}" for k in prepared)
+        bias_src = "0" if bias is None else f"p{bias[0]}[" + ("j" if bias[1] else "0") + "]"
+        prepare = ["@numba.njit(cache=True)",
+                   f"def prepare({prep_params}):",
+                   '    """The constant operands in the form the kernel reads: (BP, corr) with BP the',
+                   "    weight packed in K groups per (TILE_N, TILE_K) block (``pack_b_all``) and",
+                   "    corr[c] = bias[c] - XZP * sum_k w[c, k] (the zero-point correction folded",
+                   '    into the bias). Called once per weight by a build, outside the timed region."""',
+                   f"    B = {self.weight_view(w)}",
+                   "    BP = pack_b_all(B)",
+                   "    corr = np.empty(N, np.int32)",
+                   "    for j in range(N):",
+                   "        s = 0",
+                   "        for k in range(K):",
+                   f"            s += B[{'j, k' if b_layout == 'NK' else 'k, j'}]",
+                   f"        corr[j] = {bias_src} - XZP * s",
+                   "    return BP, corr"]
+        body = [ln for ln in prep if not ln.startswith("B = ")]
         body += ["acc = np.empty((M, N), np.int32)",
-                 "gemm(A, B, acc)",
-                 "# zero-point correction folded into the bias, per output channel",
-                 "corr = np.empty(N, np.int32)",
-                 "for j in range(N):",
-                 "    s = 0",
-                 "    for k in range(K):",
-                 f"        s += B[{'j, k' if b_layout == 'NK' else 'k, j'}]",
-                 f"    corr[j] = {'0' if bias is None else f'p{bias[0]}[' + ('j' if bias[1] else '0') + ']'}"
-                 " - XZP * s"]
+                 "gemm(A, BP, acc)"]
         if sc is not None:
             body.append(f"sc = p{sc}.reshape(-1)")
         body += [f"e{k} = p{k}.reshape(-1)" for k in qe.operand_params(epi)]
         # int32 arithmetic wraps, and acc + bias fits int32 (the reference checks it), so
         # acc + corr is exact even if a partial sum wrapped; int32 keeps the loop vectorizable
-        contiguous = flat == f"i * {g['N']} + j"
-        body.append("Cf = out.reshape(-1)")
-        if not contiguous and not par:
-            body.append(f"row = np.empty(N, {qe.out_dtype_src(epi)})   # one output row")
-        body.append(f"for i in {'prange' if par else 'range'}(M):")
-        body += ["    " + ln for ln in row_lines]
-        if contiguous:      # the output row is contiguous: store in place
-            body += ["    for j in range(N):",
-                     "        v = np.int32(acc[i, j] + corr[j])"]
-            body += ["        " + ln for ln in stmts]
-            body += [f"        Cf[{flat}] = {store}"]
-        else:   # (NCHW) the row is strided in out: a contiguous loop into a row, then stores
-            if par:   # private to the iteration
-                body.append(f"    row = np.empty(N, {qe.out_dtype_src(epi)})")
-            body += ["    for j in range(N):",
-                     "        v = np.int32(acc[i, j] + corr[j])"]
-            body += ["        " + ln for ln in stmts]
-            body += [f"        row[j] = {store}",
-                     "    for j in range(N):",
-                     f"        Cf[{flat}] = row[j]"]
+        body += self.store_lines(w, epi, stmts, store, flat, row_lines, par)
+        kparams = ", ".join([f"p{k}" for k in kept] + ["BP", "corr"])
         kern = [f"@numba.njit(cache=True{', parallel=True' if par else ''})",
-                f"def kernel({params}, out):",
-                '    """Every element of out is written."""'] + ["    " + ln for ln in body]
+                f"def kernel_prepared({kparams}, out):",
+                '    """The kernel on prepared operands (BP, corr from ``prepare``); every element',
+                '    of out is written."""'] + ["    " + ln for ln in body]
+        per_call = ["@numba.njit(cache=True)",
+                    f"def kernel({params}, out):",
+                    '    """The workload\'s signature: prepare the constant operands on every call, then',
+                    '    the kernel (what runs when a weight is not a constant of the graph)."""',
+                    f"    BP, corr = prepare({prep_params})",
+                    f"    kernel_prepared({', '.join([f'p{k}' for k in kept] + ['BP', 'corr'])}, out)"]
         imports = i8.imports(c)
         if par and "from numba import prange" not in imports:
             imports.append("from numba import prange")
         parts = [head + imports + [""] + consts]
-        parts += i8.engine_parts(c, pack_a=pack_a, b_layout=b_layout, name="gemm")
-        parts.append(kern)
+        parts += i8.engine_parts(c, pack_a=pack_a, b_layout=b_layout, name="gemm", b_packed=True)
+        parts += [prepare, kern, per_call]
         return "\n\n\n".join("\n".join(p) for p in parts) + "\n"
+
+    def prepared_inputs(self, workload, config) -> tuple[int, ...]:
+        """The weight and, with a requantize, the bias: what ``prepare`` takes."""
+        bias = qe.bias_param(workload.epilogue)
+        w_i = workload.p["anchor_inputs"][1]
+        return (w_i,) + ((bias[0],) if bias is not None else ())
+
+    def weight_view(self, w) -> str:
+        """Source of B from the weight parameter: [N, K] ("NK") or [K, N] ("KN")."""
+        raise NotImplementedError
+
+    def store_lines(self, w, epi, stmts, store, flat, row_lines, par) -> list[str]:
+        """The epilogue: per output row, ``acc + corr`` through ``stmts`` into out."""
+        g = w.geometry
+        if flat == f"i * {g['N']} + j":   # the output row is contiguous: store in place
+            body = ["Cf = out.reshape(-1)",
+                    f"for i in {'prange' if par else 'range'}(M):"]
+            body += ["    " + ln for ln in row_lines]
+            body += ["    for j in range(N):",
+                     "        v = np.int32(acc[i, j] + corr[j])"]
+            body += ["        " + ln for ln in stmts]
+            body += [f"        Cf[{flat}] = {store}"]
+        else:   # (NCHW) C[i, j] is out[n, j, pix]: RB pixels at a time, each row's epilogue
+            # a contiguous (vectorized) loop over channels into a tile, then per channel one
+            # contiguous run of RB pixels stored (a transposition through L1, not N strided
+            # stores per pixel)
+            body = ["Cf = out.reshape(-1)",
+                    "RB = 32   # pixels per tile",
+                    "NPB = (P + RB - 1) // RB   # tiles per image",
+                    f"tile = np.empty((RB, N), {qe.out_dtype_src(epi)})" if not par else "",
+                    f"for blk in {'prange' if par else 'range'}(M // P * NPB):",
+                    "    n = blk // NPB",
+                    "    pix0 = (blk - n * NPB) * RB",
+                    "    rb = min(RB, P - pix0)"]
+            if par:   # private to the iteration
+                body.append(f"    tile = np.empty((RB, N), {qe.out_dtype_src(epi)})")
+            body += ["    for r in range(rb):",
+                     "        pix = pix0 + r",
+                     "        i = n * P + pix",
+                     "        for j in range(N):",
+                     "            v = np.int32(acc[i, j] + corr[j])"]
+            body += ["            " + ln for ln in stmts]
+            body += [f"            tile[r, j] = {store}",
+                     "    for j in range(N):",
+                     "        base = (n * N + j) * P + pix0",
+                     "        for r in range(rb):",
+                     "            Cf[base + r] = tile[r, j]"]
+            body = [ln for ln in body if ln]
+        return body
 
     def extra_constants(self, w) -> list[str]:
         return []
@@ -148,10 +199,13 @@ class QDenseTemplate(QuantAnchorTemplate):
     name = "qdense"
     workload_kind = "qdense"
 
-    def operands(self, w):
+    def operands(self, w, c):
         x_i, w_i = w.p["anchor_inputs"]
         return ([f"A = p{x_i}.reshape((M, K))   # data rows", f"B = p{w_i}   # weight [N, K]"],
                 None, "NK")
+
+    def weight_view(self, w) -> str:
+        return f"p{w.p['anchor_inputs'][1]}   # weight [N, K]"
 
 
 class QConv2dTemplate(QuantAnchorTemplate):
@@ -166,11 +220,21 @@ class QConv2dTemplate(QuantAnchorTemplate):
             and not any(w.attrs["padding"])
         return one and (g["data_layout"] == "NHWC" or g["batch"] == 1)
 
+    def weight_view(self, w) -> str:
+        w_i = w.p["anchor_inputs"][1]
+        if w.geometry["data_layout"] == "NCHW":
+            return f"p{w_i}.reshape((N, K))   # OIHW weight as [O, C*KH*KW]"
+        return f"p{w_i}.reshape((K, N))   # HWIO weight as [KH*KW*C, O]"
+
     def describe(self, w) -> str:
         g = w.geometry
         how = "1x1 as a plain GEMM" if self.plain_gemm(w) else "implicit im2col in the A packing"
         return (f"{g['data_layout']}/{g['kernel_layout']} {g['KH']}x{g['KW']} stride "
                 f"{g['SH']}x{g['SW']}, {how}; ")
+
+    @staticmethod
+    def padded(w) -> bool:
+        return any(w.attrs["padding"])
 
     def extra_constants(self, w) -> list[str]:
         g = w.geometry
@@ -180,25 +244,28 @@ class QConv2dTemplate(QuantAnchorTemplate):
                  f"P = {g['OH'] * g['OW']}   # output pixels per image"]
         if self.plain_gemm(w):
             return lines
-        lines += [f"SH, SW, PT, PL, DH, DW = {g['SH']}, {g['SW']}, {g['PT']}, {g['PL']}, {g['DH']}, {g['DW']}",
+        pt, pl = g["PT"], g["PL"]
+        pad = w.attrs["padding"]   # (top, left, bottom, right)
+        # tall and wide enough for every window (and the data at PT, PL)
+        hp = max(pt + g["H"] + pad[2], (g["OH"] - 1) * g["SH"] + (g["KH"] - 1) * g["DH"] + 1)
+        wp = max(pl + g["W"] + pad[3], (g["OW"] - 1) * g["SW"] + (g["KW"] - 1) * g["DW"] + 1)
+        lines += [f"BATCH = {g['batch']}",
+                  f"SH, SW, PT, PL, DH, DW = {g['SH']}, {g['SW']}, {pt}, {pl}, {g['DH']}, {g['DW']}",
                   f"KH, KW = {g['KH']}, {g['KW']}",
-                  "# per reduction index k: its input channel and its tap's offsets (dilated)",
+                  f"PAD_H, PAD_W = {hp}, {wp}   # the image padded with the zero point (what the im2col reads)",
+                  "# per reduction index k: the flat offset of its tap in the padded image (dilated)",
                   "_k = np.arange(K)"]
         if nchw:   # k = (c, kh, kw), as OIHW flattens; image [C, H, W]
-            lines += ["K_C = (_k // (KH * KW)).astype(np.int64)",
-                      "K_H = ((_k // KW) % KH * DH).astype(np.int64)",
-                      "K_W = (_k % KW * DW).astype(np.int64)",
-                      "IMG, ROW, PIXEL, CHANNEL = IN_C * IN_H * IN_W, IN_W, 1, IN_H * IN_W"]
+            lines += ["IMG, ROW, PIXEL, CHANNEL = IN_C * PAD_H * PAD_W, PAD_W, 1, PAD_H * PAD_W",
+                      "K_OFF_S = ((_k // (KH * KW)) * CHANNEL + (_k // KW) % KH * DH * ROW"
+                      " + _k % KW * DW * PIXEL).astype(np.int64)"]
         else:      # k = (kh, kw, c), as HWIO flattens; image [H, W, C]
-            lines += ["K_C = (_k % IN_C).astype(np.int64)",
-                      "K_H = (_k // (KW * IN_C) * DH).astype(np.int64)",
-                      "K_W = ((_k // IN_C) % KW * DW).astype(np.int64)",
-                      "IMG, ROW, PIXEL, CHANNEL = IN_H * IN_W * IN_C, IN_W * IN_C, IN_C, 1"]
-        lines += ["K_OFF = K_C * CHANNEL + K_H * ROW + K_W * PIXEL   # flat offset of each tap",
-                  "SPAN_H, SPAN_W = (KH - 1) * DH + 1, (KW - 1) * DW + 1   # window extent"]
-        return lines
+            lines += ["IMG, ROW, PIXEL, CHANNEL = PAD_H * PAD_W * IN_C, PAD_W * IN_C, IN_C, 1",
+                      "K_OFF_S = (_k % IN_C + (_k // (KW * IN_C)) * DH * ROW"
+                      " + (_k // IN_C) % KW * DW * PIXEL).astype(np.int64)"]
+        return lines + ["K_OFF = K_OFF_S.astype(np.uint64)   # unsigned: indexing without a wraparound test"]
 
-    def operands(self, w):
+    def operands(self, w, c):
         g = w.geometry
         x_i, w_i = w.p["anchor_inputs"]
         nchw = g["data_layout"] == "NCHW"
@@ -210,67 +277,115 @@ class QConv2dTemplate(QuantAnchorTemplate):
                 return ([f"A = p{x_i}.reshape((K, M))   # data [C, H*W]: A transposed", b],
                         i8.pack_a_source("KM"), b_layout)
             return [f"A = p{x_i}.reshape((M, K))   # data [N*H*W, C]", b], None, b_layout
-        return [f"A = p{x_i}   # the 4-D data: the A packing is the im2col", b], \
-            self._im2col_pack(nchw), b_layout
+        a = (f"A = pad_input(p{x_i})   # the data padded with the zero point: the A packing is the im2col"
+             if self.padded(w) else f"A = p{x_i}   # the 4-D data: the A packing is the im2col")
+        return [a, b], self._im2col_pack(w, c), b_layout
+
+    def codegen(self, workload, config: Config) -> str:
+        src = super().codegen(workload, config)
+        if not self.plain_gemm(workload) and self.padded(workload):
+            head, sep, rest = src.partition("\n\n\n@numba.njit(cache=True)\ndef empty_a(")
+            src = head + "\n\n\n" + "\n".join(self._pad_source(workload)) + sep + rest
+        return src
 
     @staticmethod
-    def _im2col_pack(nchw: bool) -> list[str]:
-        return [
+    def _pad_source(w) -> list[str]:
+        nchw = w.geometry["data_layout"] == "NCHW"
+        shape = "(BATCH, IN_C, PAD_H, PAD_W)" if nchw else "(BATCH, PAD_H, PAD_W, IN_C)"
+        inner = ("Xp[:, :, PT:PT + IN_H, PL:PL + IN_W] = X" if nchw
+                 else "Xp[:, PT:PT + IN_H, PL:PL + IN_W, :] = X")
+        return ["@numba.njit(cache=True)",
+                "def pad_input(X):",
+                '    """The data with PT/PL (and bottom/right) borders of the zero point: the im2col of',
+                '    a padded image needs no bounds test (the border costs one copy of the input)."""',
+                f"    Xp = np.empty({shape}, np.uint8)",
+                "    Xp[:] = XZP",
+                f"    {inner}",
+                "    return Xp"]
+
+    @staticmethod
+    def _im2col_pack(w, c) -> list[str]:
+        """Implicit im2col over the (padded) image, every window inside it: per panel of MR
+        rows, each row's window origin once; per K group of G taps their flat offsets once
+        and MR x G byte copies unrolled (no index arithmetic per element; NHWC with C a
+        multiple of G: one contiguous G-byte span per row and group)."""
+        g = w.geometry
+        mr = int(c["mr"])
+        G = i8.OPERANDS[c["dot"]][0]
+        nchw = g["data_layout"] == "NCHW"
+        span = (not nchw) and g["C"] % G == 0 and int(c["tile_k"]) % G == 0
+        units = [f"U{v}" for v in range(mr * G)]
+        lines = [
+            ", ".join(units) + " = " + ", ".join(f"np.uint64({v})" for v in range(mr * G)),
+            "",
+            "",
             "@numba.njit(cache=True)",
             "def pack_a(X, i0, p0, mc, kc, Ap):",
             '    """Implicit im2col: rows i0..i0+mc (output pixels) x taps p0..p0+kc of the',
-            "    convolution's A, packed as Ap[q, g, r, t] = A[i0 + q*MR + r, p0 + g*G + t]; taps",
-            "    outside the image read the data zero point; zeros past mc rows and kc taps.",
+            "    convolution's A, packed as Ap[q, g, r, t] = A[i0 + q*MR + r, p0 + g*G + t] from",
+            "    the image padded with the zero point (every window inside it: no bounds test);",
+            "    zeros past mc rows and kc taps.",
             "",
-            "    Per panel, each row's window origin (a flat offset into the image, and its input",
-            "    row/column) once; per tap its flat offset; a panel whose windows all lie inside",
-            "    the image is copied without bounds tests.",
+            "    A full panel: each row's window origin once, per K group the taps' flat offsets",
+            f"    once, then the {mr} x {G} elements of the group copied unrolled, in Ap's order"
+            + ("; NHWC with C" if span else "."),
+            *(["    a multiple of G: a group is one contiguous span of G channels per row."] if span else []),
+            "    The last, partial panel and group element by element.",
             '    """',
             "    Xf = X.reshape(-1)",
+            "    Apf = Ap.reshape(-1)",
+            "    # the full panels index with unsigned integers (U<c> = np.uint64(c)): no",
+            "    # negative-index wraparound test per element",
+            "    full = kc // G",
             "    kg = (kc + G - 1) // G",
-            "    rb = np.empty(MR, np.int64)   # flat offset of each row's window origin",
-            "    rh = np.empty(MR, np.int64)   # its input row",
-            "    rw = np.empty(MR, np.int64)   # and column",
             "    for q in range((mc + MR - 1) // MR):",
             "        h = min(MR, mc - q * MR)",
-            "        inside = True",
-            "        for r in range(h):",
-            "            i = i0 + q * MR + r",
-            "            n = i // P",
-            "            pix = i - n * P",
-            "            oh = pix // OUT_W",
-            "            y0 = oh * SH - PT",
-            "            x0 = (pix - oh * OUT_W) * SW - PL",
-            "            rh[r] = y0",
-            "            rw[r] = x0",
-            f"            rb[r] = n * IMG + y0 * ROW + x0 * PIXEL",
-            "            if y0 < 0 or x0 < 0 or y0 + SPAN_H > IN_H or x0 + SPAN_W > IN_W:",
-            "                inside = False",
-            "        for g in range(kg):",
-            "            for t in range(G):",
-            "                kk = g * G + t",
-            "                if kk < kc:",
-            "                    k = p0 + kk",
-            "                    off = K_OFF[k]",
-            "                    if inside:",
-            "                        for r in range(h):",
-            "                            Ap[q, g, r, t] = Xf[rb[r] + off]",
-            "                    else:",
-            "                        dh = K_H[k]",
-            "                        dw = K_W[k]",
-            "                        for r in range(h):",
-            "                            ih = rh[r] + dh",
-            "                            iw = rw[r] + dw",
-            "                            if 0 <= ih < IN_H and 0 <= iw < IN_W:",
-            "                                Ap[q, g, r, t] = Xf[rb[r] + off]",
-            "                            else:",
-            "                                Ap[q, g, r, t] = XZP",
-            "                    for r in range(h, MR):",
-            "                        Ap[q, g, r, t] = 0",
-            "                else:",
-            "                    for r in range(MR):",
-            "                        Ap[q, g, r, t] = 0",
+            "        dq = q * (KG * MR * G)   # this panel in Apf",
+            "        if h == MR:",
         ]
+        body = []
+        for r in range(mr):
+            body += [f"i = i0 + q * MR + {r}",
+                     "n = i // P",
+                     "pix = i - n * P",
+                     "oh = pix // OUT_W",
+                     f"b{r} = np.uint64(n * IMG + oh * SH * ROW + (pix - oh * OUT_W) * SW * PIXEL)   # row {r}'s window origin"]
+        body += ["for g in range(full):",
+                 "    k = p0 + g * G",
+                 "    d = np.uint64(dq + g * (MR * G))"]
+        if span:
+            body.append("    o = K_OFF[k]   # G contiguous channels of one tap")
+            for r in range(mr):
+                body += [f"    Apf[d + U{r * G + t}] = Xf[b{r} + o + U{t}]" for t in range(G)]
+        else:
+            body += [f"    o{t} = K_OFF[k + {t}]" for t in range(G)]
+            for r in range(mr):
+                body += [f"    Apf[d + U{r * G + t}] = Xf[b{r} + o{t}]" for t in range(G)]
+        body += ["if full < kg:   # the last, partial group"]
+        body += ["    for t in range(G):",
+                 "        for r in range(MR):",
+                 "            Apf[dq + full * (MR * G) + r * G + t] = 0"]
+        for r in range(mr):
+            body += [f"    for t in range(kc - full * G):",
+                     f"        Apf[dq + full * (MR * G) + {r * G} + t] = Xf[np.int64(b{r}) + K_OFF_S[p0 + full * G + t]]"]
+        lines += ["            " + ln for ln in body]
+        lines += [
+            "        else:   # the last panel: rows past h are zero",
+            "            for gg in range(kg):",
+            "                for r in range(MR):",
+            "                    i = i0 + q * MR + r",
+            "                    n = i // P",
+            "                    pix = i - n * P",
+            "                    oh = pix // OUT_W",
+            "                    b = n * IMG + oh * SH * ROW + (pix - oh * OUT_W) * SW * PIXEL",
+            "                    for t in range(G):",
+            "                        kk = gg * G + t",
+            "                        v = np.uint8(0)",
+            "                        if r < h and kk < kc:",
+            "                            v = Xf[b + K_OFF_S[p0 + kk]]",
+            "                        Apf[dq + (gg * MR + r) * G + t] = v",
+        ]
+        return lines
 
     def out_index(self, w):
         g = w.geometry

@@ -48,6 +48,16 @@ def run(args) -> int:
         config = template.default_config(workload, threads)
         print(f"# default config: {config.to_json()}")
     print(template.codegen(workload, config))
+    from search_spaces.template import prepared_inputs
+
+    prepared = prepared_inputs(template, workload, config)
+    if prepared:   # constant operands packed once (search_spaces/template.py)
+        n_in = len(workload.input_specs())
+        kept = [f"x{i}" for i in range(n_in) if i not in prepared]
+        print(f"# prepared once: prepare({', '.join(f'x{i}' for i in prepared)}) when those inputs are "
+              "constants (a built model: at build time), then every call is "
+              f"kernel_prepared({', '.join(kept + ['*prepared', 'out'])}); otherwise "
+              f"{template.entry}(x0..x{n_in - 1}, out) prepares on each call")
     runtime = template.runtime_args(workload, config)
     if runtime:   # knobs passed as arguments: the source is shared by every value of them
         n_arrays = len(workload.input_specs()) + len(workload.output_specs())

@@ -144,6 +144,23 @@ def _plan_kernel(node: Node, *, threads: int, store, strict: bool, tuned: bool) 
     return _Kernel(node, w.kind, source, label, w, tpl, config, path, note)
 
 
+def _bind_prepared(k: _Kernel, node: Node, fn, args: tuple, consts: set[str]):
+    """(fn, args) of a kernel step: when the template prepares some operands (its
+    ``prepared_inputs``: weights packed, corrections folded) and all of them are constants of
+    the graph, ``prepare`` runs once here and the step calls ``kernel_prepared`` on its result;
+    otherwise (a weight given as a graph input) the entry, which prepares on every call."""
+    from search_spaces.template import prepare_kernel, prepared_inputs
+
+    idx = prepared_inputs(k.template, k.workload, k.config)
+    if not idx or any(node.inputs[i] not in consts for i in idx):
+        return fn, args
+    from tuner.measure.kernel_key import import_kernel_module
+
+    pk = prepare_kernel(import_kernel_module(k.path), idx, args[:-1],
+                        k.template.runtime_args(k.workload, k.config))
+    return pk.fn, pk.args(args[:-1], args[-1:])
+
+
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text[:300]
@@ -155,6 +172,7 @@ def _cached(path: Path, cache: Path) -> bool:
 
 def _compile_in_workers(kernels: list[_Kernel], jobs: int, threads: int, cache: Path) -> dict:
     """Compile every distinct uncached source in ``jobs`` worker processes; path -> reply."""
+    from search_spaces.template import prepared_inputs
     from tuner.measure.pool import Worker, worker_env
 
     todo: dict[Path, _Kernel] = {}
@@ -179,7 +197,9 @@ def _compile_in_workers(kernels: list[_Kernel], jobs: int, threads: int, cache: 
                 return
             req = {"path": str(path), "entry": k.template.entry,
                    "runtime_args": list(k.template.runtime_args(k.workload, k.config)),
-                   "arg_specs": k.workload.input_specs() + k.workload.output_specs()}
+                   "arg_specs": k.workload.input_specs() + k.workload.output_specs(),
+                   "prepared": list(prepared_inputs(k.template, k.workload, k.config)),
+                   "n_inputs": len(k.workload.input_specs())}
             replies[path] = worker.call("build", req, 600.0)
 
     try:
@@ -307,6 +327,7 @@ def build(graph: Graph, *, opt_level: int = 2, threads: int = 1, db: str | None 
             arrays[v] = a
         return a
 
+    consts = {n.name for n in g.nodes if n.is_const}
     steps: list[Step] = []
     for node in groups:
         if node.name in views:
@@ -324,6 +345,8 @@ def build(graph: Graph, *, opt_level: int = 2, threads: int = 1, db: str | None 
                 k.source, k.note = "numpy", f"load failed: {_one_line(exc)}"
         if fn is None:
             fn = _numpy_step(node)
+        else:
+            fn, args = _bind_prepared(k, node, fn, args, consts)
         steps.append(Step(node.name, k.label, k.kind, k.source, fn, args,
                           getattr(k.workload, "key", None),
                           getattr(k.template, "name", None),

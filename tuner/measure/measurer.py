@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from search_spaces.space import Config
+from search_spaces.template import prepared_inputs
 from tuner import settings
 from workloads.errors import InstantiationError
 from tuner.measure.kernel_key import kernel_digest
@@ -141,15 +142,18 @@ class Measurer:
             return None, MeasureResult(Status.COMPILE_ERROR, error=f"codegen failed: {type(exc).__name__}: {exc}")
         return write_source(source, self.cache, template), None
 
-    def _build(self, worker: Worker, workload, template, path: Path, runtime_args: tuple) -> dict:
+    def _build(self, worker: Worker, workload, template, path: Path, runtime_args: tuple,
+               prepared: tuple = ()) -> dict:
         req = {"path": str(path), "entry": template.entry, "runtime_args": list(runtime_args),
-               "arg_specs": workload.input_specs() + workload.output_specs()}
+               "arg_specs": workload.input_specs() + workload.output_specs(),
+               "prepared": list(prepared), "n_inputs": len(workload.input_specs())}
         return worker.call("build", req, self.opts.build_timeout)
 
     def _run(self, workload, template, config: Config, path: Path, cutoff_s: float | None) -> dict:
         o = self.opts
         req = {"path": str(path), "entry": template.entry, **workload_request(workload),
                "runtime_args": list(template.runtime_args(workload, config)),
+               "prepared": list(prepared_inputs(template, workload, config)),
                "threads": template.threads(config), "warmup": o.warmup, "repeat": o.repeat,
                "min_repeat_ms": o.min_repeat_ms, "max_time_s": o.max_time_s, "check": o.check,
                "cutoff_s": cutoff_s, "placements": o.placements}
@@ -186,7 +190,8 @@ class Measurer:
                 except IndexError:
                     return
                 builds[i] = self._build(worker, workload, template, paths[i],
-                                        template.runtime_args(workload, configs[i]))
+                                        template.runtime_args(workload, configs[i]),
+                                        prepared_inputs(template, workload, configs[i]))
 
         # Identical sources (two configs generating the same code: configs differing only in
         # the template's runtime knobs, or knobs a formulation ignores) are built once, in
