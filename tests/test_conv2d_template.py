@@ -130,7 +130,10 @@ def test_grouped_conv_is_one_gemm_per_group(C, O, k, s, groups):
     pl = t.plan(w)
     assert (pl["M"], pl["K"], pl["groups"]) == (O // groups, C // groups * k * k, groups)
     src = t.codegen(w, t.default_config(w, 1))
-    assert f"for g in range({groups}):" in src and "[g * M:]" in src   # bias sliced per group
+    assert "for grp in range(GROUPS):" in src and "[grp * M:]" in src   # bias sliced per group
+    named = dict(zip(t.runtime_arg_names(w, t.default_config(w, 1)),
+                     t.runtime_args(w, t.default_config(w, 1))))
+    assert (named["groups"], named["cg"]) == (groups, C // groups)
     assert check(w, t.default_config(w, 1)) is None
     sp = t.space(w, 2)
     for cfg in (t.default_config(w, 2),
