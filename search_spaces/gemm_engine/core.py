@@ -82,10 +82,15 @@ class Dims:
         return tuple(k.lower() for k in self.runtime)
 
 
-def gemm_dims(M: int, N: int, K: int, c: dict) -> dict[str, int]:
-    """The GEMM's shape and its cache blocks (clipped to the shape)."""
+def gemm_dims(M: int, N: int, K: int, c: dict, b_src: str, dtype: str) -> dict[str, int]:
+    """The GEMM's shape, its cache blocks (clipped to the shape) and the per-shape code
+    choices, which are arguments too: NARROW, the width of the half-vector micro-kernel
+    for the last B panel (0: none, ``narrow_width``), and PREFETCH, whether each output
+    tile is prefetched (1 when the output is larger than L2 keeps)."""
+    itemsize = 8 if dtype in ("float64", "int64") else 4
     return {"M": M, "N": N, "K": K, "TILE_M": min(c["tile_m"], M),
-            "TILE_N": min(c["tile_n"], N), "TILE_K": min(c["tile_k"], K)}
+            "TILE_N": min(c["tile_n"], N), "TILE_K": min(c["tile_k"], K),
+            "NARROW": narrow_width(N, c, b_src), "PREFETCH": int(M * N * itemsize >= PREFETCH_BYTES)}
 
 
 def constants(dtype: str, c: dict, dims: Dims) -> list[str]:
@@ -162,6 +167,13 @@ def narrow_width(N: int, c: dict, b_src: str) -> int:
     return half if b_src != "direct" and half >= 4 and 0 < N % c["nr"] <= half else 0
 
 
+def narrow_kernel_width(c: dict, b_src: str) -> int:
+    """Width of the half-vector micro-kernel a module carries (0: none): packed B panels
+    and a half vector of at least 4 lanes (``narrow_width`` says whether a shape uses it)."""
+    half = c["vec"] // 2
+    return half if b_src != "direct" and half >= 4 else 0
+
+
 def edge_source(a_src: str, b_src: str, dims: Dims) -> list[str]:
     a_rs, a_ps, b_ps = _strides(a_src, b_src)
     return [
@@ -179,12 +191,12 @@ def edge_source(a_src: str, b_src: str, dims: Dims) -> list[str]:
     ]
 
 
-def store_source(epi: Epilogue, single_block: bool, mr: int, nr: int, vec: int,
-                 dims: Dims) -> list[str]:
-    """store_tile(T, Cf, cbase, ci, cj, mlen, nlen, mode, e...): mode 0 first K block (store),
-    1 middle (add), 2 last (add, epilogue), 3 only block (epilogue). A full MR x NR tile is
-    stored with vector loads/stores (and the epilogue's vector form, when it has one); a
-    partial tile, or an epilogue with no vector form, goes through the scalar loops."""
+def store_source(epi: Epilogue, mr: int, nr: int, vec: int, dims: Dims) -> list[str]:
+    """store_tile(T, Cf, cbase, ci, cj, mlen, nlen, mode, geo, e...): mode 0 first K block
+    (store), 1 middle (add), 2 last (add, epilogue), 3 only block (epilogue). A full MR x NR
+    tile is stored with vector loads/stores (and the epilogue's vector form, when it has
+    one); a partial tile, or an epilogue with no vector form, goes through the scalar loops.
+    Which modes run is the shape's (K in one block or several), so all four are generated."""
     args = epi.args()
     lines = [_jit(fastmath=True), f"def store_tile(T, Cf, cbase, ci, cj, mlen, nlen, mode, geo, {args}):",
              f'    """Tile T into C (flat, row stride N) at (ci, cj); epilogue: {epi.describe()}."""']
@@ -218,41 +230,34 @@ def store_source(epi: Epilogue, single_block: bool, mr: int, nr: int, vec: int,
 
     body = []
     vector = epi.vectorizable()
-    modes = [(3, "", False, True)] if single_block else [
-        (0, "if mode == 0:", False, False), (1, "elif mode == 1:", True, False),
-        (2, "else:", True, True)]
+    modes = [(3, "if mode == 3:", False, True), (0, "elif mode == 0:", False, False),
+             (1, "elif mode == 1:", True, False), (2, "else:", True, True)]
     if vector:
         body.append("if mlen == MR and nlen == NR:   # full tile: vectors")
-        if single_block:
-            body += ["    " + ln for ln in vloop(False, True)]
-        else:
-            for _m, cond, add, ep in modes:
-                body += ["    " + cond] + ["        " + ln for ln in vloop(add, ep)]
+        for _m, cond, add, ep in modes:
+            body += ["    " + cond] + ["        " + ln for ln in vloop(add, ep)]
         body.append("    return")
-    elif not single_block:
+    else:
         # Only the epilogue lacks a vector form: vector stores for the first/middle blocks.
-        body.append("if mlen == MR and nlen == NR and mode < 2:   # full tile: vectors")
+        body.append("if mlen == MR and nlen == NR and (mode == 0 or mode == 1):   # full tile: vectors")
         body += ["    if mode == 0:"] + ["        " + ln for ln in vloop(False, False)]
         body += ["    else:"] + ["        " + ln for ln in vloop(True, False)]
         body.append("    return")
-    if single_block:
-        body += loop(["v = T[r * NR + c]"], True)
-    else:
-        body += ["if mode == 0:"] + ["    " + ln for ln in loop(["v = T[r * NR + c]"], False)]
-        body += ["elif mode == 1:"] + ["    " + ln for ln in loop(["v = Cf[o + c] + T[r * NR + c]"], False)]
-        body += ["else:"] + ["    " + ln for ln in loop(["v = Cf[o + c] + T[r * NR + c]"], True)]
+    body += ["if mode == 3:"] + ["    " + ln for ln in loop(["v = T[r * NR + c]"], True)]
+    body += ["elif mode == 0:"] + ["    " + ln for ln in loop(["v = T[r * NR + c]"], False)]
+    body += ["elif mode == 1:"] + ["    " + ln for ln in loop(["v = Cf[o + c] + T[r * NR + c]"], False)]
+    body += ["else:"] + ["    " + ln for ln in loop(["v = Cf[o + c] + T[r * NR + c]"], True)]
     return lines + ["    " + ln for ln in body]
 
 
 # -- the blocked loops ---------------------------------------------------------------------------
-def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, K: int, dims: Dims,
-                prefetch: bool = False, narrow: int = 0) -> list[str]:
+def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
+                narrow: int = 0) -> list[str]:
     """gemm_core(A, a_base, B, b_base, Cf, cbase, geo, e...): the block loops of one batch
-    index; ``prefetch``: each tile's output lines (and full epilogue operands) are requested
-    first."""
+    index; when PREFETCH, each tile's output lines (and full epilogue operands) are requested
+    first; ``narrow``: the half-vector micro-kernel's width (run when nlen <= NARROW)."""
     order, par = c["loop_order"], c["parallel"]
     pack_a, pack_b = a_src != "direct", b_src != "direct"
-    single = c["tile_k"] >= K
     level_a = max(order.index("m"), order.index("k"))
     level_b = max(order.index("k"), order.index("n"))
     level_par = order.index(par) if par != "none" else -1
@@ -280,10 +285,8 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, K: int, dims: Di
     packs = ([(level_a, "pack_a(A, a_base, i0, p0, mc, kc, Ap, geo)")] if pack_a else []) \
         + ([(level_b, "pack_b(B, b_base, p0, j0, kc, nc, Bp, geo)")] if pack_b else [])
     ind = emit_block_loops(body, order, par, at_parallel, packs)
-    if single:
-        body.append(f"{ind}mode = 3   # K fits one block: store with the epilogue")
-    else:
-        body.append(f"{ind}mode = 0 if p0 == 0 else (2 if p0 + kc >= K else 1)")
+    body.append(f"{ind}# store modes: 3 K in one block, 0 first block, 1 middle, 2 last")
+    body.append(f"{ind}mode = (3 if kc >= K else 0) if p0 == 0 else (2 if p0 + kc >= K else 1)")
     a_arg = ("Ap", "(ir // MR) * kc * MR") if pack_a else ("A", "a_base + (i0 + ir) * K + p0")
     b_arg = ("Bp", "(jr // NR) * kc * NR") if pack_b else ("B", "b_base + p0 * N + j0 + jr")
     call = f"{a_arg[0]}, {a_arg[1]}, {b_arg[0]}, {b_arg[1]}, kc, T"
@@ -295,14 +298,14 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, K: int, dims: Di
     edge = " or ".join(x for x in (("mlen < MR" if not pack_a else ""),
                                    ("nlen < NR" if not pack_b else "")) if x)
     kernels = ([(edge, f"edge_kernel({call}, mlen, nlen, geo)")] if edge else []) \
-        + ([(f"nlen <= {narrow}", f"micro_kernel_narrow({micro_call})")] if narrow else [])
+        + ([("nlen <= NARROW", f"micro_kernel_narrow({micro_call})")] if narrow else [])
     for k, (cond, fn) in enumerate(kernels):
         body += [f"{ind}        {'if' if k == 0 else 'elif'} {cond}:", f"{ind}            {fn}"]
     body += ([f"{ind}        else:", f"{ind}            micro_kernel({micro_call})"] if kernels
              else [f"{ind}        micro_kernel({micro_call})"])
-    if prefetch:
-        i = body.index(f"{ind}        mlen = min(MR, mc - ir)")
-        body.insert(i + 1, f"{ind}        prefetch_tile(Cf, cbase + (i0 + ir) * N + j0 + jr, geo, {args})")
+    i = body.index(f"{ind}        mlen = min(MR, mc - ir)")
+    body[i + 1:i + 1] = [f"{ind}        if PREFETCH:",
+                         f"{ind}            prefetch_tile(Cf, cbase + (i0 + ir) * N + j0 + jr, geo, {args})"]
     body.append(f"{ind}        store_tile(T, Cf, cbase, i0 + ir, j0 + jr, mlen, nlen, mode, geo, {args})")
     return lines + ["    " + ln for ln in body]
 
@@ -330,42 +333,29 @@ def module_parts(dims: Dims, dtype: str, c: dict, a_src: str, b_src: str,
     ``dims``: the GEMM's shape and cache blocks (``gemm_dims``) and whatever the packing reads
     (the convolution's geometry); ``sw``: the conv's horizontal stride class (contiguous
     im2col copies when 1, even lanes when 2). What depends on the shape but changes the code
-    (one K block or several, a half-width last panel, prefetching) is decided here from the
-    shape; everything else reads the dimensions."""
-    M, N, K = (dims.values[k] for k in ("M", "N", "K"))
+    (one K block or several, a half-width last panel, prefetching) is an argument too
+    (``gemm_dims``): the functions for every case are generated."""
     parts = [constants(dtype, c, dims)]
     if a_src != "direct":
         parts.append(pack_a_source(a_src, dims))
     if b_src != "direct":
         parts.append(pack_b_source(b_src, dims, sw, c["nr"], c["vec"]))
     parts.append(micro_source(c["mr"], c["nr"], c["vec"], a_src, b_src, dims=dims))
-    narrow = narrow_width(N, c, b_src)
+    narrow = narrow_kernel_width(c, b_src)
     if narrow:
         parts.append(micro_source(c["mr"], narrow, narrow, a_src, b_src, "micro_kernel_narrow",
                                   c["nr"], dims))
     if a_src == "direct" or b_src == "direct":
         parts.append(edge_source(a_src, b_src, dims))
-    parts.append(store_source(epi, c["tile_k"] >= K, c["mr"], c["nr"], c["vec"], dims))
+    parts.append(store_source(epi, c["mr"], c["nr"], c["vec"], dims))
     # Measured (ResNet-50, 1 thread, in the model): prefetching pays where the output is
     # larger than L2 can keep (K=64 residual 1x1 convs 1.6 -> 1.35 ms, the stem 3.3 -> 2.9 ms)
-    # and costs ~3% on small outputs (N=49 layers), which stay in cache anyway.
+    # and costs ~3% on small outputs (N=49 layers), which stay in cache anyway: PREFETCH
+    # (``gemm_dims``) says which.
     itemsize = 8 if dtype in ("float64", "int64") else 4
-    prefetch = M * N * itemsize >= PREFETCH_BYTES
-    if prefetch:
-        parts.append(prefetch_source(epi, c["nr"], itemsize, dims))
-    parts.append(core_source(c, a_src, b_src, epi, K, dims, prefetch, narrow))
+    parts.append(prefetch_source(epi, c["nr"], itemsize, dims))
+    parts.append(core_source(c, a_src, b_src, epi, dims, narrow))
     return parts
-
-
-def structure(dims: Dims, c: dict, a_src: str, b_src: str) -> str:
-    """One line naming the shape-dependent code choices ``module_parts`` made."""
-    M, N, K = (dims.values[k] for k in ("M", "N", "K"))
-    notes = ["one K block (epilogue at the store)" if c["tile_k"] >= K else "K in blocks"]
-    if narrow_width(N, c, b_src):
-        notes.append("half-width last panel")
-    if M * N * 4 >= PREFETCH_BYTES:
-        notes.append("output tiles prefetched")
-    return "; ".join(notes)
 
 
 IMPORTS = ["import numba", "import numpy as np", "from numba import prange",
