@@ -191,12 +191,14 @@ def edge_source(a_src: str, b_src: str, dims: Dims) -> list[str]:
     ]
 
 
-def store_source(epi: Epilogue, mr: int, nr: int, vec: int, dims: Dims) -> list[str]:
+def store_source(epi: Epilogue, single_block: bool, mr: int, nr: int, vec: int,
+                 dims: Dims) -> list[str]:
     """store_tile(T, Cf, cbase, ci, cj, mlen, nlen, mode, geo, e...): mode 0 first K block
     (store), 1 middle (add), 2 last (add, epilogue), 3 only block (epilogue). A full MR x NR
     tile is stored with vector loads/stores (and the epilogue's vector form, when it has
     one); a partial tile, or an epilogue with no vector form, goes through the scalar loops.
-    Which modes run is the shape's (K in one block or several), so all four are generated."""
+    ``single_block``: K is one block (mode 3 only): a literal, the other modes would double
+    the function's compile time."""
     args = epi.args()
     lines = [_jit(fastmath=True), f"def store_tile(T, Cf, cbase, ci, cj, mlen, nlen, mode, geo, {args}):",
              f'    """Tile T into C (flat, row stride N) at (ci, cj); epilogue: {epi.describe()}."""']
@@ -230,23 +232,28 @@ def store_source(epi: Epilogue, mr: int, nr: int, vec: int, dims: Dims) -> list[
 
     body = []
     vector = epi.vectorizable()
-    modes = [(3, "if mode == 3:", False, True), (0, "elif mode == 0:", False, False),
-             (1, "elif mode == 1:", True, False), (2, "else:", True, True)]
+    modes = [(0, "if mode == 0:", False, False), (1, "elif mode == 1:", True, False),
+             (2, "else:", True, True)]
     if vector:
         body.append("if mlen == MR and nlen == NR:   # full tile: vectors")
-        for _m, cond, add, ep in modes:
-            body += ["    " + cond] + ["        " + ln for ln in vloop(add, ep)]
+        if single_block:
+            body += ["    " + ln for ln in vloop(False, True)]
+        else:
+            for _m, cond, add, ep in modes:
+                body += ["    " + cond] + ["        " + ln for ln in vloop(add, ep)]
         body.append("    return")
-    else:
+    elif not single_block:
         # Only the epilogue lacks a vector form: vector stores for the first/middle blocks.
         body.append("if mlen == MR and nlen == NR and (mode == 0 or mode == 1):   # full tile: vectors")
         body += ["    if mode == 0:"] + ["        " + ln for ln in vloop(False, False)]
         body += ["    else:"] + ["        " + ln for ln in vloop(True, False)]
         body.append("    return")
-    body += ["if mode == 3:"] + ["    " + ln for ln in loop(["v = T[r * NR + c]"], True)]
-    body += ["elif mode == 0:"] + ["    " + ln for ln in loop(["v = T[r * NR + c]"], False)]
-    body += ["elif mode == 1:"] + ["    " + ln for ln in loop(["v = Cf[o + c] + T[r * NR + c]"], False)]
-    body += ["else:"] + ["    " + ln for ln in loop(["v = Cf[o + c] + T[r * NR + c]"], True)]
+    if single_block:
+        body += loop(["v = T[r * NR + c]"], True)
+    else:
+        body += ["if mode == 0:"] + ["    " + ln for ln in loop(["v = T[r * NR + c]"], False)]
+        body += ["elif mode == 1:"] + ["    " + ln for ln in loop(["v = Cf[o + c] + T[r * NR + c]"], False)]
+        body += ["else:"] + ["    " + ln for ln in loop(["v = Cf[o + c] + T[r * NR + c]"], True)]
     return lines + ["    " + ln for ln in body]
 
 
@@ -285,8 +292,10 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
     packs = ([(level_a, "pack_a(A, a_base, i0, p0, mc, kc, Ap, geo)")] if pack_a else []) \
         + ([(level_b, "pack_b(B, b_base, p0, j0, kc, nc, Bp, geo)")] if pack_b else [])
     ind = emit_block_loops(body, order, par, at_parallel, packs)
-    body.append(f"{ind}# store modes: 3 K in one block, 0 first block, 1 middle, 2 last")
-    body.append(f"{ind}mode = (3 if kc >= K else 0) if p0 == 0 else (2 if p0 + kc >= K else 1)")
+    if c["tile_k"] >= dims.values["K"]:
+        body.append(f"{ind}mode = 3   # K fits one block: store with the epilogue")
+    else:
+        body.append(f"{ind}mode = 0 if p0 == 0 else (2 if p0 + kc >= K else 1)")
     a_arg = ("Ap", "(ir // MR) * kc * MR") if pack_a else ("A", "a_base + (i0 + ir) * K + p0")
     b_arg = ("Bp", "(jr // NR) * kc * NR") if pack_b else ("B", "b_base + p0 * N + j0 + jr")
     call = f"{a_arg[0]}, {a_arg[1]}, {b_arg[0]}, {b_arg[1]}, kc, T"
@@ -347,7 +356,7 @@ def module_parts(dims: Dims, dtype: str, c: dict, a_src: str, b_src: str,
                                   c["nr"], dims))
     if a_src == "direct" or b_src == "direct":
         parts.append(edge_source(a_src, b_src, dims))
-    parts.append(store_source(epi, c["mr"], c["nr"], c["vec"], dims))
+    parts.append(store_source(epi, c["tile_k"] >= dims.values["K"], c["mr"], c["nr"], c["vec"], dims))
     # Measured (ResNet-50, 1 thread, in the model): prefetching pays where the output is
     # larger than L2 can keep (K=64 residual 1x1 convs 1.6 -> 1.35 ms, the stem 3.3 -> 2.9 ms)
     # and costs ~3% on small outputs (N=49 layers), which stay in cache anyway: PREFETCH

@@ -1,9 +1,10 @@
 """What shape-generic conv2d kernels cost against literal shapes (docs/compile-once.md).
 
 ``python -m tuner.bench.shape_literals MODEL LAYER [--literal all|none|NAMES] [--calls N]
-[--time ROUNDS]``: the conv2d group ``LAYER`` of MODEL (``stem``, ``1x1``, ``3x3``,
-``3x3s2``: the first conv2d group with that window and stride, untuned default config, 1
-thread) generated with the named dimensions as module constants (``all``: every one, as
+[--time ROUNDS] [--key]``: the conv2d group ``LAYER`` of MODEL (``stem``, ``1x1``, ``3x3``,
+``3x3s2``: the first conv2d group with that window and stride; or a workload key, as
+``--key`` prints, with any MODEL: no graph passes, which valgrind makes slow), untuned
+default config, 1 thread, generated with the named dimensions as module constants (``all``: every one, as
 before shape-generic modules; ``none``: every one an argument; else comma-separated names,
 e.g. ``KH,KW``), loaded (compiled at the first run, from the kernel cache after),
 checked, then called N times. Meant to run under ``valgrind --tool=callgrind
@@ -27,6 +28,9 @@ def workload(model: str, layer: str):
     from workloads.fused import workload_for_group
     from workloads.graph.fusion import fused_groups
 
+    if ":" in layer:
+        import workloads
+        return workloads.from_spec(layer)
     kh, sh = LAYERS[layer]
     g = pipeline(load_model(model), 2, "NHWC")
     for node in fused_groups(g):
@@ -65,13 +69,19 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m tuner.bench.shape_literals",
                                 description=__doc__.strip().splitlines()[0])
     p.add_argument("model")
-    p.add_argument("layer", choices=sorted(LAYERS))
+    p.add_argument("layer", help=f"{', '.join(sorted(LAYERS))} or a workload key")
     p.add_argument("--literal", default="none")
     p.add_argument("--calls", type=int, default=3)
     p.add_argument("--time", type=int, default=0, metavar="ROUNDS")
+    p.add_argument("--key", action="store_true", help="print the layer's workload key and stop")
     a = p.parse_args(argv)
+    if ":" not in a.layer and a.layer not in LAYERS:
+        p.error(f"LAYER: one of {', '.join(sorted(LAYERS))} or a workload key")
     numba.set_num_threads(1)
     w = workload(a.model, a.layer)
+    if a.key:
+        print(w.key)
+        return 0
     lit = {"all": ALL, "none": ()}.get(a.literal) or tuple(a.literal.split(","))
     fns = {"literal": kernel(w, ALL)[0], "runtime": kernel(w, ())[0]} if a.time \
         else {a.literal: kernel(w, lit)[0]}
