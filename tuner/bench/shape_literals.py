@@ -94,7 +94,7 @@ def main(argv: list[str]) -> int:
         if problem:
             raise SystemExit(f"{name}: {problem}")
     g = w.geometry
-    print(f"{a.layer}: {g['C']}x{g['H']}x{g['W']} -> {g['O']}x{g['OH']}x{g['OW']}, "
+    print(f"{a.layer if ':' not in a.layer else w.anchor}: {g['C']}x{g['H']}x{g['W']} -> {g['O']}x{g['OH']}x{g['OW']}, "
           f"{g['KH']}x{g['KW']} stride {g['SH']}, config {kernel(w, ())[1].to_json()}")
     if not a.time:
         (fn,) = fns.values()
