@@ -1,16 +1,17 @@
 """What shape-generic conv2d kernels cost against literal shapes (docs/compile-once.md).
 
-``python -m tuner.bench.shape_literals MODEL LAYER [--literal all|none|NAMES] [--calls N]
+``python -m tuner.bench.shape_literals MODEL LAYER [--literal all|none|default|NAMES] [--calls N]
 [--time ROUNDS] [--key]``: the conv2d group ``LAYER`` of MODEL (``stem``, ``1x1``, ``3x3``,
 ``3x3s2``: the first conv2d group with that window and stride; or a workload key, as
 ``--key`` prints, with any MODEL: no graph passes, which valgrind makes slow), untuned
 default config, 1 thread, generated with the named dimensions as module constants (``all``: every one, as
-before shape-generic modules; ``none``: every one an argument; else comma-separated names,
+before shape-generic modules; ``none``: every one an argument; ``default``: the template's
+``literal_dims``; else comma-separated names,
 e.g. ``KH,KW``), loaded (compiled at the first run, from the kernel cache after),
 checked, then called N times. Meant to run under ``valgrind --tool=callgrind
 --collect-atstart=no --toggle-collect='*call_cfunc*'`` (instruction counts of the N calls
 only, load-independent) after one run outside valgrind has compiled it. ``--time ROUNDS``
-instead times the literal and the shape-generic kernels interleaved (CPU time per call,
+instead times the all-literal kernel and the one with ``--literal`` interleaved (CPU time per call,
 median over rounds) in this process.
 """
 from __future__ import annotations
@@ -82,8 +83,11 @@ def main(argv: list[str]) -> int:
     if a.key:
         print(w.key)
         return 0
-    lit = {"all": ALL, "none": ()}.get(a.literal) or tuple(a.literal.split(","))
-    fns = {"literal": kernel(w, ALL)[0], "runtime": kernel(w, ())[0]} if a.time \
+    from search_spaces.templates.conv2d import Conv2dTemplate
+
+    lit = {"all": ALL, "none": (), "default": Conv2dTemplate.literal_dims}.get(a.literal) \
+        or tuple(a.literal.split(","))
+    fns = {"literal": kernel(w, ALL)[0], "runtime": kernel(w, lit)[0]} if a.time \
         else {a.literal: kernel(w, lit)[0]}
     ins = w.make_inputs()
     ref = w.reference(ins)
