@@ -186,16 +186,18 @@ def test_grouped_conv_features():
 
 
 def test_layers_of_one_variant_share_one_module():
-    """Shape-generic modules: two convs of different shapes, padding and channel counts
-    with one config share byte-identical source (one content address, one compile), and
-    that one module computes both (the shapes are arguments, not literals)."""
+    """Shape-generic modules: two convs of different image sizes and channel counts with
+    one window and one config share byte-identical source (one content address, one
+    compile), and that one module computes both (the shapes are arguments, not literals);
+    a different window (padding) is another module (the window stays literal)."""
     t = get_template("conv2d")
     w1 = conv_workload(5, 9, 20, 3, 1, 2, residual=False)
-    w2 = conv_workload(7, 12, 28, 3, 1, 2, residual=False, pad=0)
+    w2 = conv_workload(7, 12, 28, 3, 1, 2, residual=False)
+    w3 = conv_workload(7, 12, 28, 3, 1, 2, residual=False, pad=0)
     cfg = t.default_config(w1, 1).replace(tile_m=16, tile_n=16, tile_k=16, mr=4, nr=16,
                                           vec=8, loop_order="nkm", parallel="none", threads=1)
     assert t.space(w1, 1).is_valid(cfg) and t.space(w2, 1).is_valid(cfg)
-    assert t.codegen(w1, cfg) == t.codegen(w2, cfg)
+    assert t.codegen(w1, cfg) == t.codegen(w2, cfg) != t.codegen(w3, cfg)
     assert t.runtime_args(w1, cfg) != t.runtime_args(w2, cfg)
     f1, f2 = load_kernel(w1, t, cfg), load_kernel(w2, t, cfg)
     assert f1.kernel is f2.kernel
