@@ -160,12 +160,13 @@ class Epilogue:
         names = self.arg_names()
         return "".join(n + ", " for n in names)
 
-    def prep_lines(self) -> list[str]:
-        """Kernel-start statements making the flat operand arrays ``e<k>`` from ``p<k>``."""
+    def prep_lines(self, shape: str | None = None) -> list[str]:
+        """Kernel-start statements making the flat operand arrays ``e<k>`` from ``p<k>``;
+        ``shape``: the output shape's source expression (default: the literal shape)."""
         lines = []
         for k, kind in sorted(self.operands.items()):
             if kind == "general":
-                shape = "(" + ", ".join(map(str, self.out_shape)) + ",)"
+                shape = shape or "(" + ", ".join(map(str, self.out_shape)) + ",)"
                 lines.append(f"e{k} = np.ascontiguousarray(np.broadcast_to(p{k}, {shape})).reshape(-1)"
                              "   # broadcast once")
             else:

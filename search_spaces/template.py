@@ -67,6 +67,11 @@ class Template(ABC):
         them override this."""
         return tuple(int(config[k]) for k in self.runtime_knobs)
 
+    def runtime_arg_names(self, workload: Workload, config: Config) -> tuple[str, ...]:
+        """Names of the ``runtime_args`` values (for ``show``'s ``# called as:`` line):
+        ``runtime_knobs``, unless the template passes more (a shape-generic kernel's shape)."""
+        return tuple(self.runtime_knobs)
+
     def transfer_hazard(self, workload: Workload, config: Config) -> str | None:
         """Why ``config``, tuned for a similar workload, may be slow on ``workload`` (None when
         nothing in the config depends on the exact shape). The similar-workload fallback skips

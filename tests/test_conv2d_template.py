@@ -65,9 +65,12 @@ def test_nchw_im2col_rows_every_stride(k, s, pad):
         tn = min(v for v in sp.knob("tile_n").values if v % nr == 0)
         cfg = t.default_config(w, 1).replace(tile_n=tn, nr=nr, mr=4, tile_k=16, tile_m=16)
         assert sp.is_valid(cfg), sp.violation(cfg)
-        # A last panel at most half a vector wide gets the half-width micro-kernel.
+        # A last panel at most half a vector wide gets the half-width micro-kernel (an
+        # argument: the module carries it whenever the half vector has 4 lanes or more).
         narrow = 0 < t.plan(w)["N"] % nr <= cfg["vec"] // 2
-        assert ("micro_kernel_narrow" in t.codegen(w, cfg)) == narrow
+        named = dict(zip(t.runtime_arg_names(w, cfg), t.runtime_args(w, cfg)))
+        assert (named["narrow"] > 0) == narrow
+        assert ("micro_kernel_narrow" in t.codegen(w, cfg)) == (cfg["vec"] // 2 >= 4)
         assert check(w, cfg) is None, cfg
 
 
@@ -130,7 +133,10 @@ def test_grouped_conv_is_one_gemm_per_group(C, O, k, s, groups):
     pl = t.plan(w)
     assert (pl["M"], pl["K"], pl["groups"]) == (O // groups, C // groups * k * k, groups)
     src = t.codegen(w, t.default_config(w, 1))
-    assert f"for g in range({groups}):" in src and "[g * M:]" in src   # bias sliced per group
+    assert "for grp in range(GROUPS):" in src and "[grp * M:]" in src   # bias sliced per group
+    named = dict(zip(t.runtime_arg_names(w, t.default_config(w, 1)),
+                     t.runtime_args(w, t.default_config(w, 1))))
+    assert (named["groups"], named["cg"]) == (groups, C // groups)
     assert check(w, t.default_config(w, 1)) is None
     sp = t.space(w, 2)
     for cfg in (t.default_config(w, 2),
@@ -194,3 +200,25 @@ def test_default_parallel_split_keeps_every_thread_busy():
     dim = 256 if axis == "m" else 14 * 15
     assert split_efficiency(dim, tile, 2) >= 0.97, dict(cfg)
     assert t.default_config(w, max_threads=1)["parallel"] == "none"
+
+
+def test_layers_of_one_variant_share_one_module():
+    """Shape-generic modules: two convs of different image sizes and channel counts with
+    one window and one config share byte-identical source (one content address, one
+    compile), and that one module computes both (the shapes are arguments, not literals);
+    a different window (padding) is another module (the window stays literal)."""
+    t = get_template("conv2d")
+    w1 = conv_workload(5, 9, 20, 3, 1, 2, residual=False)
+    w2 = conv_workload(7, 12, 28, 3, 1, 2, residual=False)
+    w3 = conv_workload(7, 12, 28, 3, 1, 2, residual=False, pad=0)
+    cfg = t.default_config(w1, 1).replace(tile_m=16, tile_n=16, tile_k=16, mr=4, nr=16,
+                                          vec=8, loop_order="nkm", parallel="none", threads=1)
+    assert t.space(w1, 1).is_valid(cfg) and t.space(w2, 1).is_valid(cfg)
+    assert t.codegen(w1, cfg) == t.codegen(w2, cfg) != t.codegen(w3, cfg)
+    assert t.runtime_args(w1, cfg) != t.runtime_args(w2, cfg)
+    f1, f2 = load_kernel(w1, t, cfg), load_kernel(w2, t, cfg)
+    assert f1.kernel is f2.kernel
+    for w, fn in ((w1, f1), (w2, f2)):
+        x, out = w.make_inputs(), w.make_outputs()
+        fn(*x, *out)
+        assert w.check(x, out, w.reference(x)) is None

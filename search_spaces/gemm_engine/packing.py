@@ -14,9 +14,11 @@ def _jit() -> str:
     return "@numba.njit(cache=True)"
 
 
-def pack_a_source(src: str) -> list[str]:
-    head = [_jit(), "def pack_a(A, a_base, i0, p0, mc, kc, Ap):",
+def pack_a_source(src: str, dims) -> list[str]:
+    """``dims``: the module's ``core.Dims`` (the function unpacks the argument dimensions)."""
+    head = [_jit(), "def pack_a(A, a_base, i0, p0, mc, kc, Ap, geo):",
             '    """Ap[q*kc*MR + p*MR + r] = A[i0 + q*MR + r, p0 + p]; rows past mc are zero."""']
+    head += ["    " + ln for ln in dims.unpack()]
     if src == "pack":
         return head + [
             "    for q in range((mc + MR - 1) // MR):",
@@ -71,9 +73,11 @@ def pack_a_source(src: str) -> list[str]:
     ]
 
 
-def pack_b_source(src: str, sw: int = 1, nr: int = 16, vec: int = 16) -> list[str]:
-    head = [_jit(), "def pack_b(B, b_base, p0, j0, kc, nc, Bp):",
+def pack_b_source(src: str, dims, sw: int = 1, nr: int = 16, vec: int = 16) -> list[str]:
+    """``sw``: the stride class of the im2col copies (1, 2, other); SW itself is a dimension."""
+    head = [_jit(), "def pack_b(B, b_base, p0, j0, kc, nc, Bp, geo):",
             '    """Bp[q*kc*NR + p*NR + c] = B[p0 + p, j0 + q*NR + c]; columns past nc are zero."""']
+    head += ["    " + ln for ln in dims.unpack()]
     if src == "pack":
         return head + [
             "    # Vector copies (the loop vectoriser cannot prove B and Bp apart); the last panel's",

@@ -62,6 +62,7 @@ def run(args) -> int:
     if runtime:   # knobs passed as arguments: the source is shared by every value of them
         n_arrays = len(workload.input_specs()) + len(workload.output_specs())
         arrays = "A, B, C" if n_arrays == 3 else ", ".join(f"x{i}" for i in range(n_arrays))
-        call = ", ".join(f"{k}={v}" for k, v in zip(template.runtime_knobs, runtime))
+        names = template.runtime_arg_names(workload, config)
+        call = ", ".join(f"{k}={v}" for k, v in zip(names, runtime))
         print(f"# called as: {template.entry}({arrays}, {call})")
     return 0

@@ -175,10 +175,15 @@ def _compile_in_workers(kernels: list[_Kernel], jobs: int, threads: int, cache: 
     from search_spaces.template import prepared_inputs
     from tuner.measure.pool import Worker, worker_env
 
-    todo: dict[Path, _Kernel] = {}
+    # Shape-generic modules are shared by layers: one compile per module and argument types.
+    todo: dict[tuple, _Kernel] = {}
     for k in kernels:
-        if k.path is not None and k.path not in todo and not _cached(k.path, cache):
-            todo[k.path] = k
+        if k.path is None:
+            continue
+        sig = (k.path, tuple((len(s), str(d)) for s, d in
+                             k.workload.input_specs() + k.workload.output_specs()))
+        if sig not in todo and not _cached(k.path, cache):
+            todo[sig] = k
     if not todo:
         return {}
     n = max(1, min(jobs, len(todo)))
@@ -192,7 +197,7 @@ def _compile_in_workers(kernels: list[_Kernel], jobs: int, threads: int, cache: 
     def loop(worker) -> None:
         while pending:
             try:
-                path, k = pending.pop(0)
+                (path, _sig), k = pending.pop(0)
             except IndexError:
                 return
             req = {"path": str(path), "entry": k.template.entry,
@@ -200,7 +205,9 @@ def _compile_in_workers(kernels: list[_Kernel], jobs: int, threads: int, cache: 
                    "arg_specs": k.workload.input_specs() + k.workload.output_specs(),
                    "prepared": list(prepared_inputs(k.template, k.workload, k.config)),
                    "n_inputs": len(k.workload.input_specs())}
-            replies[path] = worker.call("build", req, 600.0)
+            reply = worker.call("build", req, 600.0)
+            if replies.get(path, {}).get("status", "OK") == "OK":
+                replies[path] = reply
 
     try:
         with ThreadPoolExecutor(max_workers=n) as pool:
