@@ -222,3 +222,28 @@ def test_layers_of_one_variant_share_one_module():
         x, out = w.make_inputs(), w.make_outputs()
         fn(*x, *out)
         assert w.check(x, out, w.reference(x)) is None
+
+
+def test_grouped_conv_runs_its_groups_in_parallel():
+    """A grouped conv whose groups split evenly over the threads runs them in one parallel
+    region (``parallel='g'``, each group's GEMM serial), exact against the reference; the
+    other parallel axes stay valid choices."""
+    from search_spaces.space import Config
+
+    b = GraphBuilder("g")
+    x = b.input("x", (1, 16, 7, 9))
+    rng = np.random.default_rng(0)
+    wt = b.const(rng.standard_normal((12, 4, 1, 1)).astype(np.float32))
+    g = optimize(b.build(b.op("relu", b.op("conv2d", x, wt, groups=4))), opt_level=2)
+    (w,) = [workload_for_group(n) for n in fused_groups(g) if workload_for_group(n).kind == "conv2d"]
+    t = get_template("conv2d")
+    assert "g" in t.space(w, 2).knob("parallel").values
+    cfg = t.default_config(w, max_threads=2)
+    assert cfg["parallel"] == "g" and cfg["threads"] == 2
+    src = t.codegen(w, cfg)
+    assert "for grp in prange(GROUPS)" in src and "parallel=True" in src
+    assert check(w, cfg) is None
+    assert check(w, Config(dict(cfg, parallel="n"))) is None
+    assert t.default_config(w, max_threads=1)["parallel"] == "none"
+    conv = conv_workload(8, 6, 8, 3, 1, 2)          # not grouped: no 'g'
+    assert "g" not in t.space(conv, 2).knob("parallel").values
