@@ -62,7 +62,8 @@ INT8_GROUPS = "EFQ"
 COLUMNS = ["group", "what", "threads", "graph_passes", "tuning", "dtype", "p50_ms", "p95_ms",
            "vs_numpy", "vs_ort", "cpu_p50_ms", "vs_numpy_cpu", "vs_ort_cpu", "max_abs_err",
            "weight_mb", "top1_vs_fp32", "coverage", "kernels", "bottleneck", "overhead_ms"]
-AGREEMENT_SEED = 10_000   # agreement inputs: never a calibration seed (0..N-1)
+AGREEMENT_SEED = 10_000
+SETTLE_SECONDS = 0.2   # sleep before each contender's samples at > 1 thread (time_interleaved)   # agreement inputs: never a calibration seed (0..N-1)
 
 
 def _bottleneck(prof) -> str:
@@ -178,8 +179,10 @@ def bench_model(path: str, threads_list: list[int], *, groups: str = "ANBCD", se
                                      coverage=_coverage(m.summary.quant))
             else:
                 contenders[g]["weight_mb"] = _weight_mb(graph)
+        # threads > 1: each contender's pool spin-waits after its runs; let it stop first
         timing = time_interleaved({g: c["fn"] for g, c in contenders.items()}, rounds=rounds,
-                                  repeat=repeat, warmup=2, max_seconds=60)
+                                  repeat=repeat, warmup=2, max_seconds=60,
+                                  settle=SETTLE_SECONDS if threads > 1 else 0.0)
         for g, c in contenders.items():
             what, passes, tuning = GROUPS[g]
             m = c.get("module")

@@ -117,13 +117,18 @@ def time_fn(fn: Callable[[], Any], *, warmup: int = 2, repeat: int = 20,
 
 
 def time_interleaved(fns: Mapping[str, Callable[[], Any]], *, rounds: int = 2, repeat: int = 20,
-                     warmup: int = 2, max_seconds: float = 20.0) -> dict[str, Timing]:
+                     warmup: int = 2, max_seconds: float = 20.0, settle: float = 0.0) -> dict[str, Timing]:
     """``time_fn`` of every contender in ``rounds`` alternating passes, each taking ``repeat /
     rounds`` (at least 3) samples, so a neighbour's load drifting during the run spreads over
-    every contender instead of landing on one."""
+    every contender instead of landing on one. ``settle``: seconds of sleep before each
+    contender's samples, so the thread pool of the one before stops spin-waiting first (ONNX
+    Runtime's 2-thread pool, still spinning after its last run, made our SqueezeNet runs
+    right after it 10.2 ms instead of 6.1; 50 ms of sleep was enough, Zen 3)."""
     timing = {k: Timing() for k in fns}
     for _ in range(max(1, rounds)):
         for k, fn in fns.items():
+            if settle > 0:
+                time.sleep(settle)
             t = time_fn(fn, warmup=warmup, repeat=max(3, repeat // max(1, rounds)),
                         max_seconds=max_seconds)
             timing[k].samples += t.samples
