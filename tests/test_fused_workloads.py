@@ -171,14 +171,14 @@ def test_max_pool_vector_rows_with_padding_and_ceil_mode(shape, k, s, p, ceil):
     assert w.check(x, out, w.reference(x)) is None
 
 
-@pytest.mark.parametrize("op,shape,k,s,p,extra", [
-    ("avg_pool2d", (3, 9, 10), 3, 2, 1, {"count_include_pad": False}),
-    ("avg_pool2d", (3, 9, 10), 3, 2, 1, {"count_include_pad": True, "ceil_mode": True}),
-    ("avg_pool2d", (2, 7, 33), 3, 1, 1, {}),
-    ("avg_pool2d", (5, 7, 7), 7, 1, 0, {}),            # one window per plane: a global average
-    ("max_pool2d", (4, 20, 37), 3, 2, 1, {}),
-    ("global_avg_pool2d", (6, 5, 11), 0, 0, 0, {})])
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("op,shape,k,s,p,extra,threads", [
+    ("avg_pool2d", (3, 9, 10), 3, 2, 1, {"count_include_pad": False}, 2),
+    ("avg_pool2d", (3, 9, 10), 3, 2, 1, {"count_include_pad": True, "ceil_mode": True}, 1),
+    ("avg_pool2d", (2, 7, 33), 3, 1, 1, {}, 1),
+    ("avg_pool2d", (5, 7, 7), 7, 1, 0, {}, 2),            # one window per plane: a global average
+    ("max_pool2d", (4, 20, 37), 3, 2, 1, {}, 2),
+    ("global_avg_pool2d", (6, 5, 11), 0, 0, 0, {}, 1),
+    ("global_avg_pool2d", (3, 4, 4), 0, 0, 0, {}, 2)])
 def test_vector_pools_split_planes_across_threads(op, shape, k, s, p, extra, threads):
     """Vector pools (average and max, windowed and global) on 1 and 2 threads against the
     reference; the default config takes every thread only for large inputs."""
