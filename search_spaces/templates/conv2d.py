@@ -34,6 +34,7 @@ from search_spaces.epilogue import Epilogue
 from search_spaces.isa import Isa
 from search_spaces.space import Config, ConfigSpace, Constraint, Knob
 from search_spaces.template import Template
+from search_spaces.templates.features import split_efficiency
 from workloads.errors import InstantiationError
 
 LOOP_ORDERS = tuple("".join(p) for p in itertools.permutations("mnk"))
@@ -133,14 +134,6 @@ def default_gemm_config(space: ConfigSpace, M: int, N: int, K: int, max_threads:
         cfg["parallel"], cfg["threads"] = ("n" if N >= 2 * cfg["tile_n"] else "m"), max_threads
         cfg = balanced_split(space, repair(space, cfg), M, N)
     return repair(space, cfg)
-
-
-def split_efficiency(dim: int, tile: int, threads: int) -> float:
-    """Share of ``threads`` busy when ``dim`` is cut into ``tile`` blocks and ``prange``
-    gives each thread a contiguous run of ceil(blocks / threads) of them: the ideal
-    dim / threads over the slowest thread's rows."""
-    per = -(-(-(-dim // tile)) // threads)
-    return dim / threads / min(dim, per * tile)
 
 
 def balanced_split(space: ConfigSpace, cfg: Mapping, M: int, N: int, slack: float = 0.03) -> dict:

@@ -73,7 +73,7 @@ def gemm_features(params: Mapping, config: Mapping, caches: Mapping | None = Non
     # tables (1024^3: 20 -> 30.5 trials to 95%, 20 seeds), as the trees' random feature order
     # and subsamples change with the column count; its pinned knobs set its features instead.
     tasks = n_blocks.get(par, 1) if par in ("m", "n") else (threads if par == "k" else 1)
-    balance = tasks / (_ceil_div(tasks, threads) * threads) if threads > 1 else 1.0
+    balance = split_efficiency(tasks, 1, threads) if threads > 1 else 1.0
     flops = 2 * M * N * K
     return {
         "w_log_m": _log2(M), "w_log_n": _log2(N), "w_log_k": _log2(K), "w_log_flops": _log2(flops),
@@ -94,6 +94,14 @@ def gemm_features(params: Mapping, config: Mapping, caches: Mapping | None = Non
         "micro_calls": _log2(_ceil_div(M, mr) * _ceil_div(N, nr) * n_blocks["k"]),
         "par_tasks": _log2(tasks), "par_balance": balance, "threads": float(threads),
     }
+
+
+def split_efficiency(dim: int, tile: int, threads: int) -> float:
+    """Share of ``threads`` busy when ``dim`` is cut into ``tile`` blocks and ``prange``
+    gives each thread a contiguous run of ceil(blocks / threads) of them: the ideal
+    dim / threads over the slowest thread's rows."""
+    per = _ceil_div(_ceil_div(dim, tile), threads)
+    return dim / threads / min(dim, per * tile)
 
 
 def feature_function(template_name: str) -> FeatureFn | None:
