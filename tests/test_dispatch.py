@@ -133,3 +133,23 @@ def test_tuner_gemm_caches_its_selection_per_process(db_url):
     dispatch.forget_selections(db_url)
     tuner.gemm(A, B, threads=1)
     assert queries
+
+
+def test_tuner_kernel_caches_its_selection_per_process(db_url):
+    """``tuner.kernel(spec)`` is cached like ``gemm``: the same Kernel object and no query on
+    the second call; forget_selections() makes it select again."""
+    from sqlalchemy import event
+
+    import tuner
+
+    store = dispatch.open_store(db_url)
+    queries = []
+    event.listen(store.engine, "before_cursor_execute", lambda *a, **k: queries.append(a[2]))
+    k1 = tuner.kernel("gemm:9x5x7", threads=1, db=db_url)
+    assert queries, "the first call consults the store"
+    queries.clear()
+    assert tuner.kernel("gemm:9x5x7", threads=1, db=db_url) is k1 and queries == []
+    assert tuner.kernel("gemm:9x5x7", threads=2, db=db_url) is not k1, "another thread budget"
+    dispatch.forget_selections(db_url)
+    queries.clear()
+    assert tuner.kernel("gemm:9x5x7", threads=1, db=db_url) is not k1 and queries

@@ -9,8 +9,8 @@ with a one-time notice (``strict`` refuses it).
 
 ``gemm(A, B)`` compiles the chosen kernel in this process (from Numba's on-disk cache when a
 tuning worker already built it) and runs it. Its selection and kernel are cached per process
-for (store URL, shape, dtype, threads, strict): after the first call no database query is
-made. A cached entry is dropped when this process writes trials to that store (a tuning run,
+for (store URL, shape, dtype, threads, strict), and ``kernel(spec)``'s for (store URL,
+workload, template, threads, strict): after the first call no database query is made. A cached entry is dropped when this process writes trials to that store (a tuning run,
 ``tuner.db.store.writes``) or on ``forget_selections()``; records written by another process
 are seen by a new process (or after ``forget_selections()``).
 """
@@ -35,7 +35,8 @@ _WARNED: set[tuple] = set()
 _LOCK = threading.Lock()
 _KERNELS: dict[tuple[str, str], object] = {}
 _STORES: dict[str, Store] = {}
-# (store url, M, N, K, dtype, threads, strict) -> (store writes when selected, Kernel, output
+# (store url, M, N, K, dtype, threads, strict) for ``gemm``, (store url, "kernel", workload key,
+# template, threads, strict) for ``kernel`` -> (store writes when selected, Kernel, output
 # dtype): the dispatched path's per-process cache
 _SELECTED: dict[tuple, tuple[int, "Kernel", str]] = {}
 
@@ -194,9 +195,9 @@ def kernel(spec, *, threads: int | None = None, db: str | None = None, strict: b
     from search_spaces import template_for
 
     w = workloads.from_spec(spec)
-    threads = threads or usable_cores()
-    tpl = template_for(w, template)
-    return Kernel(w, tpl, select_config(w, tpl, open_store(db), threads=threads, strict=strict))
+    url = settings.db_url(db)
+    key = (url, "kernel", w.key, template, threads or usable_cores(), bool(strict))
+    return _selected(key, lambda: (w, template_for(w, template)))[0]
 
 
 def forget_selections(url: str | None = None) -> None:
@@ -207,23 +208,32 @@ def forget_selections(url: str | None = None) -> None:
             del _SELECTED[key]
 
 
-def _gemm_kernel(key: tuple):
-    """(``Kernel``, output dtype) for a gemm key; the store is queried only when the key is new
-    or this process has written trials to the store since."""
+def _selected(key: tuple, make) -> tuple:
+    """(``Kernel``, output dtype) cached per process for ``key`` = (store url, ..., threads,
+    strict); ``make()`` gives (workload, template) when the key is new or this process has
+    written trials to the store since it was selected."""
     hit = _SELECTED.get(key)
     if hit is not None and hit[0] == store_mod.writes(key[0]):
         return hit[1:]
-    from workloads.gemm import Gemm
-
-    url, M, N, K, dtype, threads, strict = key
-    w = Gemm(M, N, K, dtype)
-    template = template_for(w)
+    url, threads, strict = key[0], key[-2], key[-1]
+    w, template = make()
     written = store_mod.writes(url)
     k = Kernel(w, template, select_config(w, template, open_store(url), threads=threads, strict=strict))
     entry = (written, k, w.output_specs()[0][1])
     with _LOCK:
         _SELECTED[key] = entry
     return entry[1:]
+
+
+def _gemm_kernel(key: tuple):
+    """(``Kernel``, output dtype) for a gemm key (url, M, N, K, dtype, threads, strict)."""
+    from workloads.gemm import Gemm
+
+    def make():
+        w = Gemm(*key[1:5])
+        return w, template_for(w)
+
+    return _selected(key, make)
 
 
 def _gemm_dtype(A: np.ndarray, B: np.ndarray, weights7: bool) -> str:
