@@ -187,3 +187,29 @@ def test_model_batches_cap_the_configs_that_need_a_new_kernel(cap):
     assert len(batch) == 8 and new <= cap
     _, uncapped = picks(None)
     assert uncapped > cap
+
+
+def test_the_random_warm_up_batch_shares_the_new_variant_cap():
+    """Before the model can rank anything, the random picks of a batch need at most
+    ``max_new_variants`` new kernels besides the seeded default's: the other picks are random
+    cache blocks of those variants. Without the cap the same random picks need one kernel
+    almost each."""
+    from search_spaces.templates.gemm import GemmTemplate
+
+    t = GemmTemplate()
+    w = Gemm.parse("256x256x256")
+    space = t.space(w, 2)
+    default = t.default_config(w, 2)
+
+    def first_batch(max_new):
+        s = ModelStrategy(space, seed=4, warmup=8, runtime_knobs=t.runtime_knobs,
+                          max_new_variants=max_new)
+        s.seen.add(default)             # the tuner seeds the default into the first batch
+        batch = s.ask(7)
+        return batch, {s.variant(c) for c in batch} - {s.variant(default)}
+
+    batch, new = first_batch(2)
+    assert len(batch) == 7 and len(set(batch)) == 7 and default not in batch
+    assert len(new) <= 2 and all(space.is_valid(c) for c in batch)
+    _, uncapped = first_batch(None)
+    assert len(uncapped) > 4

@@ -34,13 +34,20 @@ class TuneOptions:
     threads: int = 1
     batch_size: int = 8
     # model search: at most this many configs of a batch need a kernel not compiled yet (the
-    # rest vary the runtime knobs of compiled ones: measured, not compiled); None: no cap
-    max_new_variants: int | None = 4
+    # rest vary the runtime knobs of compiled ones: measured, not compiled); None: no cap.
+    # 2 since 2026-12-01 (was 4): two builds fill two build workers in one round
+    max_new_variants: int | None = 2
+    # model search: at most 1 + ceil(trials / trials_per_variant) distinct variants (kernels)
+    # in the run, the template default's included (64 trials: 9); None: no limit
+    trials_per_variant: int | None = 8
     early_stopping: int | None = None  # stop after this many trials without a new best
     remeasure_top: int = 3
     guard_rounds: int = 2         # rounds of the side-by-side default-vs-best check (0: none)
     guard_min_margin: float = 0.02  # the tuned config must win by more than this and the noise
     cutoff_factor: float | None = 10.0  # one sample only for candidates this much slower than the best
+    # one buffer placement only (of MeasureOptions.placements) for a candidate whose first
+    # placement is this much slower than the best: its slowest placement could not be faster
+    placement_cut_factor: float | None = 1.25
     claim_ttl: float = 120.0      # seconds a claim lives without its owner's heartbeat
     seed_default: bool = True     # measure the template's default config in the first batch
     transfer: bool = True         # model: pre-train on other workloads' records (same target)
@@ -59,9 +66,11 @@ class TuneOptions:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise UsageError(f"{name.replace('_', '-')} must be a positive integer, got {value!r}")
-        if self.max_new_variants is not None and (not isinstance(self.max_new_variants, int)
-                                                  or self.max_new_variants <= 0):
-            raise UsageError(f"max-new-variants must be a positive integer, got {self.max_new_variants!r}")
+        for name in ("max_new_variants", "trials_per_variant"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                      or value <= 0):
+                raise UsageError(f"{name.replace('_', '-')} must be a positive integer, got {value!r}")
         for name in ("timeout", "early_stopping"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, (int, float)) or value <= 0):
@@ -125,6 +134,7 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
                                transfer=opts.transfer, optuna_storage=opts.optuna_storage)
     if opts.strategy == "model":
         options["max_new_variants"] = opts.max_new_variants
+        options["max_variants"] = max_variants(opts)
     strategy = make_strategy(opts.strategy, space, seed=opts.seed, **options)
     run_id = store.start_run(target, opts.command, opts.strategy, opts.threads)
     flops = workload.flops()
@@ -202,8 +212,12 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
                     continue
                 idle = 0
                 cutoff = best_time * opts.cutoff_factor if best_time and opts.cutoff_factor else None
+                pcut = (best_time * opts.placement_cut_factor
+                        if best_time and opts.placement_cut_factor else None)
                 results = measurer.measure(workload, template, configs, cutoff_s=cutoff,
-                                           cutoff_factor=opts.cutoff_factor)
+                                           cutoff_factor=opts.cutoff_factor,
+                                           placement_cut_s=pcut,
+                                           placement_cut_factor=opts.placement_cut_factor)
                 ids = store.add_trials(run_id, workload, target, [
                     TrialRecord(template.name, template.version, c, opts.threads, r, strategy.name)
                     for c, r in zip(configs, results)])
@@ -249,6 +263,14 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
                  "ratio_vs_numpy": summary.ratio, "busy_at_start": busy,
                  "best_median": summary.best.median if summary.best else None})
     return summary
+
+
+def max_variants(opts: TuneOptions) -> int | None:
+    """Distinct variants (compiled kernels) a model search may propose in a run of
+    ``opts.trials`` trials: the default's, plus one per ``trials_per_variant`` trials."""
+    if opts.trials_per_variant is None:
+        return None
+    return 1 + -(-opts.trials // opts.trials_per_variant)
 
 
 def _remeasure_top(store: Store, measurer: Measurer, workload, template, target,
