@@ -47,7 +47,7 @@ class TuneOptions:
     cutoff_factor: float | None = 10.0  # one sample only for candidates this much slower than the best
     # one buffer placement only (of MeasureOptions.placements) for a candidate whose first
     # placement is this much slower than the best: its slowest placement could not be faster
-    placement_cut_factor: float | None = 1.25
+    placement_cut_factor: float | None = 1.1
     claim_ttl: float = 120.0      # seconds a claim lives without its owner's heartbeat
     seed_default: bool = True     # measure the template's default config in the first batch
     transfer: bool = True         # model: pre-train on other workloads' records (same target)

@@ -122,9 +122,11 @@ class ModelStrategy(Strategy):
         batch's budget (``_new_budget``, less ``len(new)``) are of variants outside
         ``compiled``; a random config past that budget is moved onto a random known variant
         (its runtime knobs kept). Updates ``new``."""
+        budget = self._new_budget(compiled)
+        if budget is None:   # no cap: exactly the uncapped draws (replays stay reproducible)
+            return [c for c in self.sample_unseen(n) if c not in taken]
         out: list[Config] = []
         known = sorted(compiled | new)
-        budget = self._new_budget(compiled)
         for cfg in self.sample_unseen(4 * n + 8):
             if len(out) >= n:
                 break
