@@ -279,22 +279,40 @@ def _remeasure_top(store: Store, measurer: Measurer, workload, template, target,
 
     ``Store.best`` scores a config by its slowest median, so a lucky sample loses once it is
     re-measured; repeating rounds keeps a once-measured config from inheriting the lead. The
-    re-measurements run in a fresh worker process (``Measurer.fresh_runner``).
+    re-measurements run in a fresh worker process (``Measurer.fresh_runner``). A config the
+    search timed on one placement only (``placements_cut``) counts as not measured again
+    yet, and a leader so timed after the rounds is measured again (at most ``max_rounds``
+    times more): the best is one measured on every placement.
     """
     if opts.remeasure_top <= 0:
         return
     measurer.fresh_runner()   # the leaders again, in a process that has not run the others
-    for _ in range(max_rounds):
-        rows = store.trials(workload_key=workload.key, target_key=target.key, template=template.name,
-                            template_version=template.version, threads=opts.threads)
-        ranked = rank_configs(rows)
-        top = [Config.from_json(rs[0].config) for _, rs in ranked[:opts.remeasure_top] if len(rs) < 2]
-        if not top:
-            return
-        results = measurer.measure(workload, template, top)
+
+    def partial(rs) -> bool:
+        return all((r.info or {}).get("placements_cut") for r in rs)
+
+    def ranked_now():
+        return rank_configs(store.trials(
+            workload_key=workload.key, target_key=target.key, template=template.name,
+            template_version=template.version, threads=opts.threads))
+
+    def measure(configs) -> None:
+        results = measurer.measure(workload, template, configs)
         store.add_trials(run_id, workload, target, [
             TrialRecord(template.name, template.version, c, opts.threads, r, "remeasure")
-            for c, r in zip(top, results)])
+            for c, r in zip(configs, results)])
+
+    for _ in range(max_rounds):
+        top = [Config.from_json(rs[0].config) for _, rs in ranked_now()[:opts.remeasure_top]
+               if len(rs) < 2 or partial(rs)]
+        if not top:
+            return
+        measure(top)
+    for _ in range(max_rounds):
+        leader = ranked_now()[:1]
+        if not leader or not partial(leader[0][1]):
+            return
+        measure([Config.from_json(leader[0][1][0].config)])
 
 
 def guard_against_default(store: Store, measurer: Measurer, workload, template, target,
