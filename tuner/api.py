@@ -99,7 +99,7 @@ def tune(spec: str | Workload, *, trials: int = 64, strategy: str = "model",
     target, template version and thread budget, resumed ones included (a second call continues
     where the first stopped). ``echo`` receives the header lines the CLI prints.
     ``max_new_variants`` / ``trials_per_variant``: the model search's compile budget (new
-    kernels per batch; at most 1 + trials / trials_per_variant kernels per run; None: no
+    kernels per batch; at most trials / trials_per_variant kernels per run; None: no
     limit), see ``TuneOptions``."""
     from tuner.dispatch import open_store
     from tuner.measure.measurer import MeasureOptions

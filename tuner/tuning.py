@@ -37,8 +37,8 @@ class TuneOptions:
     # rest vary the runtime knobs of compiled ones: measured, not compiled); None: no cap.
     # 2 since 2026-12-01 (was 4): two builds fill two build workers in one round
     max_new_variants: int | None = 2
-    # model search: at most 1 + ceil(trials / trials_per_variant) distinct variants (kernels)
-    # in the run, the template default's included (64 trials: 9); None: no limit
+    # model search: at most ceil(trials / trials_per_variant) distinct variants (kernels) in
+    # the run, the template default's included (64 trials: 8, two per build round); None: no limit
     trials_per_variant: int | None = 8
     early_stopping: int | None = None  # stop after this many trials without a new best
     remeasure_top: int = 3
@@ -267,10 +267,11 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
 
 def max_variants(opts: TuneOptions) -> int | None:
     """Distinct variants (compiled kernels) a model search may propose in a run of
-    ``opts.trials`` trials: the default's, plus one per ``trials_per_variant`` trials."""
+    ``opts.trials`` trials, the default's included: one per ``trials_per_variant`` trials
+    (at least two)."""
     if opts.trials_per_variant is None:
         return None
-    return 1 + -(-opts.trials // opts.trials_per_variant)
+    return max(2, -(-opts.trials // opts.trials_per_variant))
 
 
 def _remeasure_top(store: Store, measurer: Measurer, workload, template, target,

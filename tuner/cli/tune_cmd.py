@@ -29,8 +29,8 @@ def register(sub) -> None:
                         "yet, the rest vary the cache blocks of compiled ones (default 2, was 4 "
                         "before 2026-12-01; 0: no cap)")
     p.add_argument("--trials-per-variant", type=int, default=8, metavar="N",
-                   help="model search: at most 1 + trials/N distinct kernels compiled in a run, "
-                        "the default config's included (default 8: 9 kernels for 64 trials; "
+                   help="model search: at most trials/N distinct kernels compiled in a run, "
+                        "the default config's included (default 8: 8 kernels for 64 trials; "
                         "before 2026-12-01 no such limit; 0: no limit)")
     p.add_argument("--early-stopping", type=int, default=None, metavar="N",
                    help="stop after N trials without a new best")

@@ -75,9 +75,15 @@ class ModelStrategy(Strategy):
                                n_estimators=n_estimators, max_depth=max_depth,
                                ensemble=ensemble, kappa=kappa)
         self._dirty = True
+        self._own: set[Config] = set()
 
     def _update(self, configs, results):
         self._dirty = True
+
+    def ask(self, n):
+        out = super().ask(n)
+        self._own.update(out)    # proposed by the search (not seeded by the tuner)
+        return out
 
     def variant(self, cfg: Config) -> tuple:
         """The config without its runtime knobs: configs with one variant share a kernel."""
@@ -110,8 +116,8 @@ class ModelStrategy(Strategy):
         return self.epsilon if since >= self.stall else 0.0
 
     def _new_budget(self, compiled: set) -> int | None:
-        """New variants this batch may add: ``max_new_variants``, and no more than
-        ``max_variants`` in all (None: no limit)."""
+        """New variants this batch may hold (seeded ones included): ``max_new_variants``,
+        and no more than ``max_variants`` in all with ``compiled`` (None: no limit)."""
         caps = [c for c in (self.max_new_variants,
                             None if self.max_variants is None
                             else max(0, self.max_variants - len(compiled))) if c is not None]
@@ -147,16 +153,20 @@ class ModelStrategy(Strategy):
 
     def _propose(self, n):
         n_ok = sum(1 for _, c in self.history if c is not None)
-        # variants compiled or on their way (seen: measured, told, or proposed, seeds included)
-        compiled = {self.variant(c) for c in self.seen}
+        # variants compiled (measured or told) or on their way (proposed earlier), and the
+        # variants of configs the tuner seeded into this batch (the template default):
+        # those count against this batch's budget of new ones
+        told = {c for c, _ in self.history}
+        compiled = {self.variant(c) for c in self.seen if c in told or c in self._own}
+        seeded = {self.variant(c) for c in self.seen - told - self._own} - compiled
         if n_ok < self.warmup and not self.model.has_prior:
-            return self._sample_capped(n, compiled, set())
+            return self._sample_capped(n, compiled, set(seeded))
         if self._dirty:
             self.model.fit([c for c, _ in self.history], [v for _, v in self.history],
                            min_ok=self.warmup)
             self._dirty = False
         if not self.model.fitted:
-            return self._sample_capped(n, compiled, set())
+            return self._sample_capped(n, compiled, set(seeded))
         pool = self._pool()
         if not pool:
             return []
@@ -164,7 +174,7 @@ class ModelStrategy(Strategy):
         ranked = [pool[i] for i in preds.argsort(kind="stable")]
         n_explore = sum(1 for _ in range(n) if self.rng.random() < self._epsilon_now())
         picks: list[Config] = []
-        new: set[tuple] = set()
+        new: set[tuple] = set(seeded)
         budget = self._new_budget(compiled)
 
         def affordable(cfg) -> bool:
