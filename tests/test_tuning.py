@@ -208,6 +208,8 @@ def test_a_run_builds_each_module_once_and_reports_it(store, measurer):
     assert s.compiled == len(sources) <= 4    # one build per distinct kernel file
     with pytest.raises(Exception, match="max-new-variants"):
         TuneOptions(max_new_variants=0)
+    with pytest.raises(Exception, match="trials-per-variant"):
+        TuneOptions(trials_per_variant=-8)       # the CLI's --trials-per-variant -8
 
 
 def test_a_leader_timed_on_one_placement_is_measured_again(store):
