@@ -21,8 +21,9 @@ cache blocks, mostly: the pool holds the neighbours of the best configs), which 
 but no compile; ``max_variants`` bounds the variants of the whole run (the tuner loop
 derives it from its trial budget). Random picks (warm-up, epsilon, filling a short batch)
 share the same budget: past it, a random pick keeps its random runtime knobs on a variant already proposed
-(the seeded default's included), so the warm-up batch measures a few variants at several
-cache blocks instead of compiling one module per random config.
+(the seeded default's included; of the measured ones, the faster half), so the warm-up batch
+measures a few variants at several cache blocks instead of compiling one module per random
+config.
 """
 from __future__ import annotations
 
@@ -123,16 +124,31 @@ class ModelStrategy(Strategy):
                             else max(0, self.max_variants - len(compiled))) if c is not None]
         return min(caps) if caps else None
 
+    def _promising(self, variants: set) -> list[tuple]:
+        """The variants a random pick past the budget may be moved onto: those not measured
+        yet and the faster half of the measured ones (by their best result), so exploration
+        does not spend its cache-block draws on a variant already seen to be slow."""
+        best: dict[tuple, float] = {}
+        measured: set[tuple] = set()
+        for cfg, cost in self.history:
+            v = self.variant(cfg)
+            measured.add(v)
+            if v in variants and cost is not None:
+                best[v] = min(cost, best.get(v, cost))
+        ranked = sorted(best, key=lambda v: (best[v], v))
+        keep = set(ranked[:max(1, (len(ranked) + 1) // 2)])
+        return sorted(v for v in variants if v in keep or v not in measured)
+
     def _sample_capped(self, n: int, compiled: set, new: set, taken=()) -> list[Config]:
         """Up to ``n`` random unseen configs (not in ``taken``) of which at most the
         batch's budget (``_new_budget``, less ``len(new)``) are of variants outside
         ``compiled``; a random config past that budget is moved onto a random known variant
-        (its runtime knobs kept). Updates ``new``."""
+        (its runtime knobs kept; ``_promising``). Updates ``new``."""
         budget = self._new_budget(compiled)
         if budget is None:   # no cap: exactly the uncapped draws (replays stay reproducible)
             return [c for c in self.sample_unseen(n) if c not in taken]
         out: list[Config] = []
-        known = sorted(compiled | new)
+        known = self._promising(compiled | new)
         for cfg in self.sample_unseen(4 * n + 8):
             if len(out) >= n:
                 break
