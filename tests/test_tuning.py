@@ -215,8 +215,8 @@ def test_a_run_builds_each_module_once_and_reports_it(store, measurer):
 def test_a_leader_timed_on_one_placement_is_measured_again(store):
     """The search times a candidate far enough behind the best on one placement only
     (``placements_cut``); should such a config lead when the search ends (here: twice, the
-    others measured slower meanwhile), the final re-measurement times it on every placement
-    before it can be the best."""
+    others measured slower meanwhile), it is not the best (its score is a lower bound), and
+    the final re-measurement times it on every placement."""
     from tuner.db.store import TrialRecord
     from tuner.measure.result import MeasureResult, Status
     from tuner.tuning import _remeasure_top
@@ -240,6 +240,7 @@ def test_a_leader_timed_on_one_placement_is_measured_again(store):
         TrialRecord(t.name, t.version, c, 1, r) for c, r in
         [(cut, one), (cut, one), (full, MeasureResult(Status.OK, [1e-3] * 3)),
          (full, MeasureResult(Status.OK, [1e-3] * 3))]])
+    assert store.best(w.key, target.key, 1, t.name, t.version).config == full   # never a partial one
     rec = Recorder()
     _remeasure_top(store, rec, w, t, target, TuneOptions(progress=False, remeasure_top=1), run)
     assert rec.measured == [cut]
