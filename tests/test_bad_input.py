@@ -64,7 +64,6 @@ BAD_COMMANDS = [
     ["tune", "gemm", "--shape", "100000x100000x100000"],
     ["tune", "conv9d", "--shape", "8x8x8"],
     ["tune", "gemm", "--shape", "8x8x8", "--strategy", "annealing"],
-    ["tune", "gemm", "--shape", "8x8x8", "--trials-per-variant", "-8"],
     ["show", "gemm", "--shape", "8x8x8", "--config", "{\"tile_m\": "],
     ["show", "gemm", "--shape", "8x8x8", "--config", "[1, 2]"],
     ["show", "gemm", "--shape", "8x8x8", "--config", "{\"no_such_knob\": 1}"],
