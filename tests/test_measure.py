@@ -131,3 +131,31 @@ def test_cutoff_factor_applies_from_the_first_result_of_a_batch(measurer):
     assert r_naive.samples[0] > 2.0 * r_fast.median
     (again,) = measurer.measure(w, t, [naive])        # no factor: measured in full
     assert again.ok and not again.info.get("cut_short")
+
+
+def test_a_candidate_slower_than_the_placement_cut_is_timed_on_one_placement(measurer):
+    """``placement_cut_factor``: a candidate whose first placement is slower than that multiple
+    of the fastest full measurement in the batch is not timed on the other placements (its
+    slowest placement could only be slower); the fast one gets every placement. A cut short
+    candidate (``cutoff_s``) keeps its first placement's checked call as its one sample."""
+    from search_spaces.templates.gemm import GemmTemplate
+
+    t = GemmTemplate()
+    w = Gemm.parse("96x96x96")          # the modules of the cutoff test above: no compile
+    fast = t.default_config(w, 1)
+    full = {k: t.space(w, 1).knob(k).values[-1] for k in ("tile_m", "tile_n", "tile_k")}
+    naive = fast.replace(**full, mr=1, nr=1, loop_order="mnk", pack_a=False, pack_b=False,
+                         microkernel="loops", write_cache=False, unroll_k=1)
+    n = measurer.opts.placements
+    assert n > 1
+    r_fast, r_naive = measurer.measure(w, t, [fast, naive], placement_cut_factor=1.25)
+    assert r_fast.ok and len(r_fast.info["placements"]) == n, r_fast.error
+    assert not r_fast.info.get("placements_cut")
+    assert r_naive.ok and r_naive.info["placements_cut"] == n - 1
+    assert len(r_naive.info["placements"]) == 1 and len(r_naive.samples) >= 3
+    assert r_naive.median > 1.25 * r_fast.median
+    (again,) = measurer.measure(w, t, [naive])       # no cut asked for: every placement
+    assert again.ok and len(again.info["placements"]) == n
+    # far slower than the cutoff: one call, timed and checked
+    (cut,) = measurer.measure(w, t, [naive], cutoff_s=r_fast.median)
+    assert cut.ok and cut.info["cut_short"] and cut.samples == [cut.info["placements"][0]["median"]]

@@ -187,3 +187,48 @@ def test_model_batches_cap_the_configs_that_need_a_new_kernel(cap):
     assert len(batch) == 8 and new <= cap
     _, uncapped = picks(None)
     assert uncapped > cap
+
+
+def test_the_random_warm_up_batch_shares_the_new_variant_cap():
+    """Before the model can rank anything, the random picks of a batch and the seeded
+    default need at most ``max_new_variants`` new kernels: the other picks are random cache
+    blocks of those variants. Without the cap the same random picks need one kernel almost
+    each."""
+    from search_spaces.templates.gemm import GemmTemplate
+
+    t = GemmTemplate()
+    w = Gemm.parse("256x256x256")
+    space = t.space(w, 2)
+    default = t.default_config(w, 2)
+
+    def first_batch(max_new):
+        s = ModelStrategy(space, seed=4, warmup=8, runtime_knobs=t.runtime_knobs,
+                          max_new_variants=max_new)
+        s.seen.add(default)             # the tuner seeds the default into the first batch
+        batch = s.ask(7)
+        return batch, {s.variant(c) for c in batch} - {s.variant(default)}
+
+    batch, new = first_batch(2)
+    assert len(batch) == 7 and len(set(batch)) == 7 and default not in batch
+    assert len(new) == 1 and all(space.is_valid(c) for c in batch)   # the default's and one more
+    _, uncapped = first_batch(None)
+    assert len(uncapped) > 4
+
+
+def test_random_picks_past_the_budget_go_to_the_faster_measured_variants():
+    """Past the compile budget a random pick is moved onto a known variant: one not measured
+    yet or among the faster half of the measured ones, never one seen to be slow."""
+    from search_spaces.templates.gemm import GemmTemplate
+
+    t = GemmTemplate()
+    w = Gemm.parse("256x256x256")
+    space = t.space(w, 2)
+    default = t.default_config(w, 2)
+    slow = default.replace(mr=1, nr=8, microkernel="loops", write_cache=False, unroll_k=1,
+                           pack_a=False, pack_b=False)
+    s = ModelStrategy(space, seed=2, warmup=100, runtime_knobs=t.runtime_knobs,
+                      max_new_variants=2, max_variants=2)     # no new variant allowed
+    s.tell([default, slow], [MeasureResult(Status.OK, [1e-3] * 3),
+                             MeasureResult(Status.OK, [9e-3] * 3)])
+    batch = s.ask(8)
+    assert len(batch) == 8 and {s.variant(c) for c in batch} == {s.variant(default)}

@@ -208,3 +208,40 @@ def test_a_run_builds_each_module_once_and_reports_it(store, measurer):
     assert s.compiled == len(sources) <= 4    # one build per distinct kernel file
     with pytest.raises(Exception, match="max-new-variants"):
         TuneOptions(max_new_variants=0)
+    with pytest.raises(Exception, match="trials-per-variant"):
+        TuneOptions(trials_per_variant=-8)       # the CLI's --trials-per-variant -8
+
+
+def test_a_leader_timed_on_one_placement_is_measured_again(store):
+    """The search times a candidate far enough behind the best on one placement only
+    (``placements_cut``); should such a config lead when the search ends (here: twice, the
+    others measured slower meanwhile), it is not the best (its score is a lower bound), and
+    the final re-measurement times it on every placement."""
+    from tuner.db.store import TrialRecord
+    from tuner.measure.result import MeasureResult, Status
+    from tuner.tuning import _remeasure_top
+
+    class Recorder:
+        def __init__(self):
+            self.measured = []
+
+        def fresh_runner(self):
+            pass
+
+        def measure(self, workload, template, configs, cutoff_s=None):
+            self.measured += configs
+            return [MeasureResult(Status.OK, [1.2e-3] * 3) for _ in configs]
+
+    w, t, target = Gemm.parse("8x8x12"), SleepyGemm(), host_target()
+    cut, full = Config({"delay": 2}), Config({"delay": 0})
+    one = MeasureResult(Status.OK, [0.9e-3] * 3, info={"placements_cut": 3})
+    run = store.start_run(target, "test", "grid", 1)
+    store.add_trials(run, w, target, [
+        TrialRecord(t.name, t.version, c, 1, r) for c, r in
+        [(cut, one), (cut, one), (full, MeasureResult(Status.OK, [1e-3] * 3)),
+         (full, MeasureResult(Status.OK, [1e-3] * 3))]])
+    assert store.best(w.key, target.key, 1, t.name, t.version).config == full   # never a partial one
+    rec = Recorder()
+    _remeasure_top(store, rec, w, t, target, TuneOptions(progress=False, remeasure_top=1), run)
+    assert rec.measured == [cut]
+    assert store.best(w.key, target.key, 1, t.name, t.version).config == full

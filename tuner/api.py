@@ -91,12 +91,16 @@ def tune(spec: str | Workload, *, trials: int = 64, strategy: str = "model",
          batch_size: int = 8, repeat: int = 7, min_repeat_ms: float = 40.0, placements: int = 4,
          run_timeout: float = 60.0, build_timeout: float = 120.0, transfer: bool = True,
          optuna_storage: str | None = "db", log: str | None = None, progress: bool = False,
-         command: str = "", echo: Callable[[str], Any] | None = None) -> TuneResult:
+         command: str = "", echo: Callable[[str], Any] | None = None,
+         max_new_variants: int | None = 2, trials_per_variant: int | None = 8) -> TuneResult:
     """Search the template space of a workload, record every trial, return the best.
 
     ``spec``: a Workload or a spec string. ``trials`` counts configs measured for this workload,
     target, template version and thread budget, resumed ones included (a second call continues
-    where the first stopped). ``echo`` receives the header lines the CLI prints."""
+    where the first stopped). ``echo`` receives the header lines the CLI prints.
+    ``max_new_variants`` / ``trials_per_variant``: the model search's compile budget (new
+    kernels per batch; at most trials / trials_per_variant kernels per run; None: no
+    limit), see ``TuneOptions``."""
     from tuner.dispatch import open_store
     from tuner.measure.measurer import MeasureOptions
     from tuner.target import host_target, require_runnable
@@ -107,6 +111,7 @@ def tune(spec: str | Workload, *, trials: int = 64, strategy: str = "model",
     opts = TuneOptions(strategy=strategy, trials=trials, timeout=timeout, seed=seed, threads=n,
                        batch_size=batch_size, early_stopping=early_stopping, progress=progress,
                        transfer=transfer, optuna_storage=optuna_storage, log_path=log or None,
+                       max_new_variants=max_new_variants, trials_per_variant=trials_per_variant,
                        command=command or shlex.join(["python", *sys.argv]))
     mopts = MeasureOptions(threads=n, repeat=repeat, min_repeat_ms=min_repeat_ms, placements=placements,
                            run_timeout=run_timeout, build_timeout=build_timeout)

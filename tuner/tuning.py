@@ -34,13 +34,20 @@ class TuneOptions:
     threads: int = 1
     batch_size: int = 8
     # model search: at most this many configs of a batch need a kernel not compiled yet (the
-    # rest vary the runtime knobs of compiled ones: measured, not compiled); None: no cap
-    max_new_variants: int | None = 4
+    # rest vary the runtime knobs of compiled ones: measured, not compiled); None: no cap.
+    # 2 since 2026-12-01 (was 4): two builds fill two build workers in one round
+    max_new_variants: int | None = 2
+    # model search: at most ceil(trials / trials_per_variant) distinct variants (kernels) in
+    # the run, the template default's included (64 trials: 8, two per build round); None: no limit
+    trials_per_variant: int | None = 8
     early_stopping: int | None = None  # stop after this many trials without a new best
     remeasure_top: int = 3
     guard_rounds: int = 2         # rounds of the side-by-side default-vs-best check (0: none)
     guard_min_margin: float = 0.02  # the tuned config must win by more than this and the noise
     cutoff_factor: float | None = 10.0  # one sample only for candidates this much slower than the best
+    # one buffer placement only (of MeasureOptions.placements) for a candidate whose first
+    # placement is this much slower than the best: its slowest placement could not be faster
+    placement_cut_factor: float | None = 1.1
     claim_ttl: float = 120.0      # seconds a claim lives without its owner's heartbeat
     seed_default: bool = True     # measure the template's default config in the first batch
     transfer: bool = True         # model: pre-train on other workloads' records (same target)
@@ -59,9 +66,11 @@ class TuneOptions:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise UsageError(f"{name.replace('_', '-')} must be a positive integer, got {value!r}")
-        if self.max_new_variants is not None and (not isinstance(self.max_new_variants, int)
-                                                  or self.max_new_variants <= 0):
-            raise UsageError(f"max-new-variants must be a positive integer, got {self.max_new_variants!r}")
+        for name in ("max_new_variants", "trials_per_variant"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                      or value <= 0):
+                raise UsageError(f"{name.replace('_', '-')} must be a positive integer, got {value!r}")
         for name in ("timeout", "early_stopping"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, (int, float)) or value <= 0):
@@ -125,6 +134,7 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
                                transfer=opts.transfer, optuna_storage=opts.optuna_storage)
     if opts.strategy == "model":
         options["max_new_variants"] = opts.max_new_variants
+        options["max_variants"] = max_variants(opts)
     strategy = make_strategy(opts.strategy, space, seed=opts.seed, **options)
     run_id = store.start_run(target, opts.command, opts.strategy, opts.threads)
     flops = workload.flops()
@@ -202,8 +212,12 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
                     continue
                 idle = 0
                 cutoff = best_time * opts.cutoff_factor if best_time and opts.cutoff_factor else None
+                pcut = (best_time * opts.placement_cut_factor
+                        if best_time and opts.placement_cut_factor else None)
                 results = measurer.measure(workload, template, configs, cutoff_s=cutoff,
-                                           cutoff_factor=opts.cutoff_factor)
+                                           cutoff_factor=opts.cutoff_factor,
+                                           placement_cut_s=pcut,
+                                           placement_cut_factor=opts.placement_cut_factor)
                 ids = store.add_trials(run_id, workload, target, [
                     TrialRecord(template.name, template.version, c, opts.threads, r, strategy.name)
                     for c, r in zip(configs, results)])
@@ -251,28 +265,55 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
     return summary
 
 
+def max_variants(opts: TuneOptions) -> int | None:
+    """Distinct variants (compiled kernels) a model search may propose in a run of
+    ``opts.trials`` trials, the default's included: one per ``trials_per_variant`` trials
+    (at least two)."""
+    if opts.trials_per_variant is None:
+        return None
+    return max(2, -(-opts.trials // opts.trials_per_variant))
+
+
 def _remeasure_top(store: Store, measurer: Measurer, workload, template, target,
                    opts: TuneOptions, run_id: str, max_rounds: int = 3) -> None:
     """Measure the top configs again until the leader has been measured at least twice.
 
     ``Store.best`` scores a config by its slowest median, so a lucky sample loses once it is
     re-measured; repeating rounds keeps a once-measured config from inheriting the lead. The
-    re-measurements run in a fresh worker process (``Measurer.fresh_runner``).
+    re-measurements run in a fresh worker process (``Measurer.fresh_runner``). A config the
+    search timed on one placement only (``placements_cut``) counts as not measured again
+    yet, and a leader so timed after the rounds is measured again (at most ``max_rounds``
+    times more): the best is one measured on every placement.
     """
     if opts.remeasure_top <= 0:
         return
     measurer.fresh_runner()   # the leaders again, in a process that has not run the others
-    for _ in range(max_rounds):
-        rows = store.trials(workload_key=workload.key, target_key=target.key, template=template.name,
-                            template_version=template.version, threads=opts.threads)
-        ranked = rank_configs(rows)
-        top = [Config.from_json(rs[0].config) for _, rs in ranked[:opts.remeasure_top] if len(rs) < 2]
-        if not top:
-            return
-        results = measurer.measure(workload, template, top)
+
+    def partial(rs) -> bool:
+        return all((r.info or {}).get("placements_cut") for r in rs)
+
+    def ranked_now():
+        return rank_configs(store.trials(
+            workload_key=workload.key, target_key=target.key, template=template.name,
+            template_version=template.version, threads=opts.threads))
+
+    def measure(configs) -> None:
+        results = measurer.measure(workload, template, configs)
         store.add_trials(run_id, workload, target, [
             TrialRecord(template.name, template.version, c, opts.threads, r, "remeasure")
-            for c, r in zip(top, results)])
+            for c, r in zip(configs, results)])
+
+    for _ in range(max_rounds):
+        top = [Config.from_json(rs[0].config) for _, rs in ranked_now()[:opts.remeasure_top]
+               if len(rs) < 2 or partial(rs)]
+        if not top:
+            return
+        measure(top)
+    for _ in range(max_rounds):
+        leader = ranked_now()[:1]
+        if not leader or not partial(leader[0][1]):
+            return
+        measure([Config.from_json(leader[0][1][0].config)])
 
 
 def guard_against_default(store: Store, measurer: Measurer, workload, template, target,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import zlib
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -19,6 +20,8 @@ import numpy as np
 
 from workloads.errors import UsageError
 from workloads.workload import Workload, first_difference, outside_tolerance
+
+_LAST_TOLERANCE: list = []   # [key, tolerance array] of the last inputs checked (Gemm.tolerance)
 
 # quantized GEMM dtype -> largest |weight| its inputs hold (A is always the full uint8 range)
 INT8_DTYPES = {"int8": 128, "int8w7": 64}
@@ -176,9 +179,18 @@ class Gemm(Workload):
         if self.dtype == "int32" or self.quantized:
             return 0.0
         a, b = inputs
+        # The bound is a float64 GEMM as large as the workload (1024^3: ~0.1 s CPU), and the
+        # run worker checks every placement of every candidate on copies of the same inputs:
+        # the last bound is kept, keyed by the inputs' contents (a CRC, ~1 ms per MB).
+        key = (self.key, a.shape, b.shape, zlib.crc32(np.ascontiguousarray(a).data),
+               zlib.crc32(np.ascontiguousarray(b).data))
+        if _LAST_TOLERANCE and _LAST_TOLERANCE[0] == key:
+            return _LAST_TOLERANCE[1]
         eps = np.finfo(self.dtype).eps
         bound = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
-        return (4 * math.sqrt(self.K) + 16) * eps * bound
+        tol = (4 * math.sqrt(self.K) + 16) * eps * bound
+        _LAST_TOLERANCE[:] = [key, tol]
+        return tol
 
     def check(self, inputs, outputs, expected):
         (c,), (ref,) = outputs, expected

@@ -24,6 +24,14 @@ def register(sub) -> None:
     add_db_arg(p)
     p.add_argument("--template", default=None, help="template name (default: the kind's first)")
     p.add_argument("--batch-size", type=int, default=8, help="configs built in parallel per batch")
+    p.add_argument("--max-new-variants", type=int, default=2, metavar="N",
+                   help="model search: at most N configs of a batch need a kernel not compiled "
+                        "yet, the rest vary the cache blocks of compiled ones (default 2, was 4 "
+                        "before 2026-12-01; 0: no cap)")
+    p.add_argument("--trials-per-variant", type=int, default=8, metavar="N",
+                   help="model search: at most trials/N distinct kernels compiled in a run, "
+                        "the default config's included (default 8: 8 kernels for 64 trials; "
+                        "before 2026-12-01 no such limit; 0: no limit)")
     p.add_argument("--early-stopping", type=int, default=None, metavar="N",
                    help="stop after N trials without a new best")
     p.add_argument("--repeat", type=int, default=7, help="timed samples per candidate")
@@ -72,6 +80,8 @@ def run(args) -> int:
              min_repeat_ms=args.min_repeat_ms, run_timeout=args.run_timeout,
              build_timeout=args.build_timeout, placements=args.placements,
              transfer=not args.no_transfer,
+             max_new_variants=args.max_new_variants or None,
+             trials_per_variant=args.trials_per_variant or None,
              optuna_storage=None if args.optuna_storage == "memory" else args.optuna_storage,
              log=args.log or None, progress=not args.no_progress,
              command=shlex.join(["python", "-m", "tuner", *sys.argv[1:]]),

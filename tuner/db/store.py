@@ -280,7 +280,8 @@ class Store:
 
         A config measured several times (a final re-measurement, or several runs) is scored
         by its slowest median: it must be fast every time, so a lucky sample cannot win. A
-        config with any failed measurement (flaky answer, crash) is never chosen.
+        config with any failed measurement (flaky answer, crash) is never chosen, nor one only
+        ever timed on one placement (``placements_cut``).
         """
         rows = self.trials(workload_key=workload_key, target_key=target_key, template=template,
                            template_version=template_version, threads=threads)
@@ -290,7 +291,10 @@ class Store:
             groups.setdefault(k, []).append(r)
         out = []
         for (wkey, tkey, thr, tmpl, ver), group in groups.items():
-            ranked = rank_configs(group)
+            # a config timed on one placement only (a tuning run's ``placements_cut``: far
+            # enough behind the best of its run) has no slowest-placement score yet
+            ranked = [(sc, rs) for sc, rs in rank_configs(group)
+                      if not all((r.info or {}).get("placements_cut") for r in rs)]
             if not ranked:
                 continue
             score, cfg_rows = ranked[0]

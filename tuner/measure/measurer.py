@@ -149,26 +149,32 @@ class Measurer:
                "prepared": list(prepared), "n_inputs": len(workload.input_specs())}
         return worker.call("build", req, self.opts.build_timeout)
 
-    def _run(self, workload, template, config: Config, path: Path, cutoff_s: float | None) -> dict:
+    def _run(self, workload, template, config: Config, path: Path, cutoff_s: float | None,
+             placement_cut_s: float | None = None) -> dict:
         o = self.opts
         req = {"path": str(path), "entry": template.entry, **workload_request(workload),
                "runtime_args": list(template.runtime_args(workload, config)),
                "prepared": list(prepared_inputs(template, workload, config)),
                "threads": template.threads(config), "warmup": o.warmup, "repeat": o.repeat,
                "min_repeat_ms": o.min_repeat_ms, "max_time_s": o.max_time_s, "check": o.check,
-               "cutoff_s": cutoff_s, "placements": o.placements}
+               "cutoff_s": cutoff_s, "placement_cut_s": placement_cut_s, "placements": o.placements}
         return self._runner.call("run", req, o.run_timeout)
 
     # -- public ------------------------------------------------------------------------
     def measure(self, workload, template, configs: Sequence[Config],
                 cutoff_s: float | None = None,
-                cutoff_factor: float | None = None) -> list[MeasureResult]:
+                cutoff_factor: float | None = None,
+                placement_cut_s: float | None = None,
+                placement_cut_factor: float | None = None) -> list[MeasureResult]:
         """One result per config, in order. ``cutoff_s``: a candidate whose first timed call
         is slower than this is recorded with that one sample (``info["cut_short"]``).
         ``cutoff_factor``: the cutoff is also this multiple of the fastest median measured so
         far in this call, so a batch measured before anything else (a tuning run's first,
         the default config first) does not spend a full measurement on every slow random
-        config (one 1024^3 candidate at 1-4 s per call took 20-60 s over 4 placements)."""
+        config (one 1024^3 candidate at 1-4 s per call took 20-60 s over 4 placements).
+        ``placement_cut_s`` / ``placement_cut_factor`` (the same two sources): a candidate
+        whose first placement's median is slower than this is timed on that placement only
+        (``info["placements_cut"]``); the slowest of the others could only score it slower."""
         results: list[MeasureResult | None] = [None] * len(configs)
         paths: dict[int, Path] = {}
         for i, cfg in enumerate(configs):
@@ -230,17 +236,20 @@ class Measurer:
                 results[i] = MeasureResult(status, compile_time=ctime, error=err)
                 continue
             self.counts["measured"] += 1
-            cut = cutoff_s
+            cut, pcut = cutoff_s, placement_cut_s
             if cutoff_factor and fastest is not None:
                 cut = min(cut or float("inf"), fastest * cutoff_factor)
-            r = self._run(workload, template, configs[i], paths[i], cut)
+            if placement_cut_factor and fastest is not None:
+                pcut = min(pcut or float("inf"), fastest * placement_cut_factor)
+            r = self._run(workload, template, configs[i], paths[i], cut, pcut)
             status = Status(r["status"])
             err = r.get("error", "")
             if status is Status.TIMEOUT:
                 err = "run: " + err
             results[i] = MeasureResult(status, samples=r.get("samples", []), compile_time=ctime,
                                        error=err, info={**r.get("info", {}), "source": paths[i].name})
-            if results[i].ok and not results[i].info.get("cut_short"):
+            if results[i].ok and not (results[i].info.get("cut_short")
+                                      or results[i].info.get("placements_cut")):
                 fastest = min(fastest or float("inf"), results[i].median)
         self.wall["run"] += time.perf_counter() - t0
         return results  # type: ignore[return-value]

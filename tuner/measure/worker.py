@@ -6,10 +6,12 @@ Two jobs, each a plain function of a request dict that returns a reply dict:
   for the workload's argument types. Numba writes the machine code to its cache
   (``cache=True``), so the run worker loads it instead of compiling again.
 - ``run``: import the module (Numba cache hit), bind the config's runtime arguments
-  (``runtime_args``: cache blocks, passed after the arrays), call once and check the answer
-  against the NumPy reference, then time it on ``placements`` sets of freshly allocated, differently
-  placed inputs and outputs (``tuner.measure.placement``): per placement, check once, warm
-  up, time samples of at least ``min_repeat_ms`` each. The reply's samples are the slowest
+  (``runtime_args``: cache blocks, passed after the arrays), load its compiled code (a kernel
+  that is not a Numba dispatcher, or one with prepared operands, is called once and checked
+  instead), then time it on ``placements`` sets of freshly allocated, differently
+  placed inputs and outputs (``tuner.measure.placement``): per placement, check once (the
+  first placement's checked call is the first call), warm up, time samples of at least
+  ``min_repeat_ms`` each. The reply's samples are the slowest
   placement's; every placement's median and the spread are in its info.
 - ``baseline``: the same timing procedure for NumPy's ``A @ B`` with BLAS limited to the same
   number of threads.
@@ -126,6 +128,13 @@ def time_placements(fn: Callable[..., Any], w, inputs, outputs, expected, req: d
     ``cpu_median`` is the median CPU time per call (see ``time_callable``);
     ``cpu_placement_spread`` its spread, which on a busy machine tells placement effects
     from time-slicing.
+
+    Two shortcuts for candidates that cannot win (the tuner passes both as multiples of the
+    best median so far): the first placement's checked call is timed, and when it is slower
+    than ``cutoff_s`` it is the candidate's one sample (``cut_short``: no further call);
+    when the first placement's median exceeds ``placement_cut_s`` the other placements are
+    not timed (``placements_cut``): their slowest median could only be slower still, so the
+    candidate's score stays above the cut.
     """
     from tuner.measure.placement import placed_copies, rotation, spread
 
@@ -139,14 +148,19 @@ def time_placements(fn: Callable[..., Any], w, inputs, outputs, expected, req: d
         else:
             arrays = placed_copies([*inputs, *outputs], offsets)
             ins, outs = arrays[:len(inputs)], arrays[len(inputs):]
+        cutoff = req.get("cutoff_s") if not found else None
         if expected is not None and ins is not inputs:   # right wherever the buffers start
+            t0 = time.perf_counter()
             fn(*ins, *outs)
+            checked = max(time.perf_counter() - t0, 1e-9)
             problem = w.check(ins, outs, expected)
             if problem:
                 return {"status": "WRONG_ANSWER", "error": f"placement {offsets}: {problem}"}
+            if cutoff is not None and checked > cutoff:   # the checked call is the probe
+                one = {"offsets": list(offsets), "median": checked, "samples": 1, "number": 1}
+                return [checked], {"number": 1, "cut_short": True, "placements": [one]}
         samples, timing = time_callable(lambda: fn(*ins, *outs), req["warmup"], per_repeat,
-                                        req["min_repeat_ms"], per_time,
-                                        req.get("cutoff_s") if not found else None)
+                                        req["min_repeat_ms"], per_time, cutoff)
         med = sorted(samples)[len(samples) // 2]
         cpu = timing.get("cpu_samples") or [0.0]
         found.append((med, samples, {"offsets": list(offsets), "median": med,
@@ -154,6 +168,10 @@ def time_placements(fn: Callable[..., Any], w, inputs, outputs, expected, req: d
                                      "samples": len(samples), "number": timing["number"]}, cpu))
         if timing.get("cut_short"):
             return samples, {**timing, "placements": [found[-1][2]]}
+        cut = req.get("placement_cut_s")
+        if len(found) == 1 and n > 1 and cut is not None and med > cut:
+            return samples, {"number": timing["number"], "placements": [found[-1][2]],
+                             "placements_cut": n - 1, "cpu_samples": cpu}
     slowest = max(found, key=lambda f: f[0])
     medians = [f[0] for f in found]
     info = {"number": slowest[2]["number"], "placements": [f[2] for f in found],
@@ -239,12 +257,20 @@ def run(req: dict) -> dict:
     args = [*inputs, *outputs]
     info: dict[str, Any] = {"prepared": list(req["prepared"])} if req.get("prepared") else {}
     try:
-        fn(*args)  # first call: loads Numba's cache; its output is the one checked
+        load_only = (req.get("placements") is not None and not req.get("prepared")
+                     and isinstance(compiled, numba.core.dispatcher.Dispatcher))
+        if load_only:
+            # loaded from Numba's cache without a call: the first placement's checked call is
+            # the first call (a slow candidate's one probe, not one call more)
+            compiled.compile(tuple(numba.typeof(a)
+                                   for a in (*args, *req.get("runtime_args", ()))))
+        else:
+            fn(*args)  # first call: loads Numba's cache; its output is the one checked
         stats = getattr(compiled, "stats", None)
         if stats is not None:
             info["cache_hits"] = sum(stats.cache_hits.values())
             info["cache_misses"] = sum(stats.cache_misses.values())
-        if expected is not None:
+        if expected is not None and not load_only:
             problem = w.check(inputs, outputs, expected)
             if problem:
                 return {"status": "WRONG_ANSWER", "error": problem, "info": info}

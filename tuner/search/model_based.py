@@ -18,7 +18,12 @@ as arguments), configs that differ only in them share one compiled module (a *va
 most ``max_new_variants`` of a model batch's picks are of a variant not measured yet; the
 other slots go down the ranking to the best configs of variants already compiled (their
 cache blocks, mostly: the pool holds the neighbours of the best configs), which cost a run
-but no compile. Random picks (warm-up, epsilon) are not capped.
+but no compile; ``max_variants`` bounds the variants of the whole run (the tuner loop
+derives it from its trial budget). Random picks (warm-up, epsilon, filling a short batch)
+share the same budget: past it, a random pick keeps its random runtime knobs on a variant already proposed
+(the seeded default's included; of the measured ones, the faster half), so the warm-up batch
+measures a few variants at several cache blocks instead of compiling one module per random
+config.
 """
 from __future__ import annotations
 
@@ -54,10 +59,12 @@ class ModelStrategy(Strategy):
                  prior_weight: float = 0.5, target: str = "rank", n_estimators: int = 60,
                  max_depth: int = 4, ensemble: int = 4, kappa: float = 1.0,
                  runtime_knobs: tuple[str, ...] = (), max_new_variants: int | None = None,
-                 **options):
+                 max_variants: int | None = None, **options):
         super().__init__(space, seed, **options)
         self.runtime_knobs = tuple(runtime_knobs)
         self.max_new_variants = max_new_variants if self.runtime_knobs else None
+        # distinct variants proposed in all (seeded and told ones included), None: no limit
+        self.max_variants = max_variants if self.runtime_knobs else None
         self.pool_size = pool_size
         self.epsilon = epsilon
         self.stall = stall
@@ -69,9 +76,15 @@ class ModelStrategy(Strategy):
                                n_estimators=n_estimators, max_depth=max_depth,
                                ensemble=ensemble, kappa=kappa)
         self._dirty = True
+        self._own: set[Config] = set()
 
     def _update(self, configs, results):
         self._dirty = True
+
+    def ask(self, n):
+        out = super().ask(n)
+        self._own.update(out)    # proposed by the search (not seeded by the tuner)
+        return out
 
     def variant(self, cfg: Config) -> tuple:
         """The config without its runtime knobs: configs with one variant share a kernel."""
@@ -103,16 +116,73 @@ class ModelStrategy(Strategy):
                 since += 1
         return self.epsilon if since >= self.stall else 0.0
 
+    def _new_budget(self, compiled: set) -> int | None:
+        """New variants this batch may hold (seeded ones included): ``max_new_variants``,
+        and no more than ``max_variants`` in all with ``compiled`` (None: no limit)."""
+        caps = [c for c in (self.max_new_variants,
+                            None if self.max_variants is None
+                            else max(0, self.max_variants - len(compiled))) if c is not None]
+        return min(caps) if caps else None
+
+    def _promising(self, variants: set) -> list[tuple]:
+        """The variants a random pick past the budget may be moved onto: those not measured
+        yet and the faster half of the measured ones (by their best result), so exploration
+        does not spend its cache-block draws on a variant already seen to be slow."""
+        best: dict[tuple, float] = {}
+        measured: set[tuple] = set()
+        for cfg, cost in self.history:
+            v = self.variant(cfg)
+            measured.add(v)
+            if v in variants and cost is not None:
+                best[v] = min(cost, best.get(v, cost))
+        ranked = sorted(best, key=lambda v: (best[v], v))
+        keep = set(ranked[:max(1, (len(ranked) + 1) // 2)])
+        return sorted(v for v in variants if v in keep or v not in measured)
+
+    def _sample_capped(self, n: int, compiled: set, new: set, taken=()) -> list[Config]:
+        """Up to ``n`` random unseen configs (not in ``taken``) of which at most the
+        batch's budget (``_new_budget``, less ``len(new)``) are of variants outside
+        ``compiled``; a random config past that budget is moved onto a random known variant
+        (its runtime knobs kept; ``_promising``). Updates ``new``."""
+        budget = self._new_budget(compiled)
+        if budget is None:   # no cap: exactly the uncapped draws (replays stay reproducible)
+            return [c for c in self.sample_unseen(n) if c not in taken]
+        out: list[Config] = []
+        known = self._promising(compiled | new)
+        for cfg in self.sample_unseen(4 * n + 8):
+            if len(out) >= n:
+                break
+            v = self.variant(cfg)
+            if budget is not None and v not in compiled and v not in new and len(new) >= budget:
+                if not known:
+                    continue
+                cfg = Config({**dict(self.rng.choice(known)),
+                              **{k: cfg[k] for k in self.runtime_knobs}})
+                if not self.space.is_valid(cfg):
+                    continue
+            if cfg in self.seen or cfg in out or cfg in taken:
+                continue
+            if self.variant(cfg) not in compiled:
+                new.add(self.variant(cfg))
+            out.append(cfg)
+        return out
+
     def _propose(self, n):
         n_ok = sum(1 for _, c in self.history if c is not None)
+        # variants compiled (measured or told) or on their way (proposed earlier), and the
+        # variants of configs the tuner seeded into this batch (the template default):
+        # those count against this batch's budget of new ones
+        told = {c for c, _ in self.history}
+        compiled = {self.variant(c) for c in self.seen if c in told or c in self._own}
+        seeded = {self.variant(c) for c in self.seen - told - self._own} - compiled
         if n_ok < self.warmup and not self.model.has_prior:
-            return self.sample_unseen(n)
+            return self._sample_capped(n, compiled, set(seeded))
         if self._dirty:
             self.model.fit([c for c, _ in self.history], [v for _, v in self.history],
                            min_ok=self.warmup)
             self._dirty = False
         if not self.model.fitted:
-            return self.sample_unseen(n)
+            return self._sample_capped(n, compiled, set(seeded))
         pool = self._pool()
         if not pool:
             return []
@@ -120,15 +190,15 @@ class ModelStrategy(Strategy):
         ranked = [pool[i] for i in preds.argsort(kind="stable")]
         n_explore = sum(1 for _ in range(n) if self.rng.random() < self._epsilon_now())
         picks: list[Config] = []
-        compiled = {self.variant(c) for c, _ in self.history}
-        new: set[tuple] = set()
+        new: set[tuple] = set(seeded)
+        budget = self._new_budget(compiled)
 
         def affordable(cfg) -> bool:
             """A pick of a new variant while the batch's compile budget lasts, or any other."""
             v = self.variant(cfg)
-            if self.max_new_variants is None or v in compiled or v in new:
+            if budget is None or v in compiled or v in new:
                 return True
-            return len(new) < self.max_new_variants
+            return len(new) < budget
 
         def take(cfg) -> None:
             picks.append(cfg)
@@ -145,7 +215,7 @@ class ModelStrategy(Strategy):
                 break
             if cfg not in picks and affordable(cfg):
                 take(cfg)
-        picks += [c for c in self.sample_unseen(n - len(picks)) if c not in picks]
+        picks += self._sample_capped(n - len(picks), compiled, new, taken=picks)
         return picks[:n]
 
 
