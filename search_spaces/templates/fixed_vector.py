@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import math
 
-VEC_NAMES = ("vadd", "vfma", "vload", "vload_n", "vload_s2", "vsplat", "vsqrt", "vstore",
-             "vstore_n")
+VEC_NAMES = ("vadd", "vfma", "vload", "vload_even", "vload_n", "vload_s2", "vsplat", "vsqrt",
+             "vstore", "vstore_n")
 
 
 def pool_vector(op: str, a: dict) -> bool:
@@ -122,6 +122,66 @@ def pool_nchw_vector(op: str, a: dict, xs: tuple, os: tuple, vec: int, threads: 
     if not is_max:
         body.append(f"        acc = vdiv(acc, vload_n(CNT, oh * {ow_} + ow0, cnt, VEC))")
     body.append(f"        vstore_n(Cf, obase + oh * {ow_} + ow0, acc, cnt)")
+    return lines + ["        " + ln for ln in body]
+
+
+def pool8_nchw_vector(a: dict, xs: tuple, os: tuple, vec: int, threads: int = 1,
+                      convert: str | None = None) -> list[str]:
+    """NCHW max pooling of 8-bit values (uint8 or int8, the kernel's ``LOWEST`` and
+    ``IN_DTYPE``), ``vec`` lanes (32 on AVX2) per instruction, the planes split across
+    ``threads`` as in ``pool_nchw_vector``.
+
+    AVX2 has no masked load or store of bytes (LLVM would scalarize ``vload_n``), so every
+    load and store here is a whole vector: the scratch plane, bordered with LOWEST (the
+    reference's padding), carries ``2 * vec + kw`` elements of slack after its last row, so a
+    vector read past a row's end stays inside it (those lanes are never stored); the input
+    rows are copied in whole vectors, the last one ending at the row's end (overlapping the
+    one before); each output row is computed ``vec`` outputs at a time, the last vector
+    ending at the row's end (max is idempotent: overlapping outputs are computed twice,
+    equal). Per window offset one ``vload`` (stride 1) or ``vload_even`` (stride 2) and one
+    ``vmax`` (``vpmaxub``/``vpmaxsb``). Rows narrower than ``vec``, and a following
+    dequantize (``convert``: the scalar expression of ``T[i]``), go through a ``vec``-element
+    buffer ``T``."""
+    n_, c_, h, w = xs
+    oh_, ow_ = os[2], os[3]
+    (kh, kw), (sh, sw) = a["pool_size"], a["strides"]
+    pt, pl, pb, pr = a["padding"]
+    ph = max(h + pt + pb, (oh_ - 1) * sh + kh)
+    pw = max(w + pl + pr, (ow_ - 1) * sw + kw)
+    load = "vload(P, r + {k}, VEC)" if sw == 1 else "vload_even(P, r + {k}, VEC)"
+    via_t = convert is not None or ow_ < vec
+    scratch = [f"P = np.full({ph * pw + 2 * vec + kw}, LOWEST, IN_DTYPE)   # one plane, LOWEST "
+               "around the image, slack after it"]
+    if via_t:
+        scratch.append("T = np.empty(VEC, IN_DTYPE)")
+    lines = [f"VEC, NC = {vec}, {n_ * c_}", "Xf = X.reshape(-1)"] + _plane_loop(threads, scratch)
+    body = [f"src = nc * {h * w}",
+            f"for ih in range({h}):",
+            f"    dst = (ih + {pt}) * {pw} + {pl}",
+            f"    s0 = src + ih * {w}"]
+    if w >= vec:
+        body += [f"    for u in range(0, {w - vec + 1}, VEC):",
+                 "        vstore(P, dst + u, vload(Xf, s0 + u, VEC))"]
+        if w % vec:
+            body.append(f"    vstore(P, dst + {w - vec}, vload(Xf, s0 + {w - vec}, VEC))   # the row's end")
+    else:
+        body += [f"    for u in range({w}):",
+                 "        P[dst + u] = Xf[s0 + u]"]
+    body += [f"obase = nc * {oh_ * ow_}",
+             f"for oh in range({oh_}):",
+             f"    for jv in range({-(-ow_ // vec)}):",
+             f"        ow0 = min(jv * VEC, {max(ow_ - vec, 0)})   # the last vector ends at the row's end",
+             "        acc = vsplat(LOWEST, VEC)",
+             f"        for kh in range({kh}):",
+             f"            r = (oh * {sh} + kh) * {pw} + ow0 * {sw}"]
+    body += [f"            acc = vmax(acc, {load.format(k=k)})" for k in range(kw)]
+    o = f"obase + oh * {ow_} + ow0"
+    if via_t:
+        body += ["        vstore(T, 0, acc)",
+                 f"        for i in range(min(VEC, {ow_} - ow0)):",
+                 f"            Cf[{o} + i] = {convert or 'T[i]'}"]
+    else:
+        body.append(f"        vstore(Cf, {o}, acc)")
     return lines + ["        " + ln for ln in body]
 
 

@@ -1,0 +1,68 @@
+"""8-bit max pooling in vector form (``fixed_vector.pool8_nchw_vector``): exact against the
+NumPy reference for uint8 and int8 over the whole range, stride 1 and 2, padding (read as the
+lowest level), ceil mode, rows narrower and wider than a vector, a trailing dequantize, and
+the planes split across 2 threads."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from search_spaces import get_template, isa
+from search_spaces.space import Config
+from tuner.dispatch import load_kernel
+from workloads.graph import GraphBuilder
+from workloads.graph.fusion import fused_groups
+from workloads.graph.passes import optimize
+from workloads.fused import workload_for_group
+
+
+def _workload(dtype, shape, k, s, p, ceil=False, dequantize=False):
+    b = GraphBuilder("g")
+    y = b.op("max_pool2d", b.input("x", (1,) + shape, dtype), pool_size=[k, k], strides=[s, s],
+             padding=[p] * 4, ceil_mode=ceil)
+    if dequantize:
+        y = b.op("dequantize", y, scale=0.05, zero_point=3 if dtype == "uint8" else -2)
+    (w,) = [workload_for_group(n) for n in fused_groups(optimize(b.build(y), opt_level=2))]
+    return w
+
+
+# (dtype, (C, H, W), window, stride, padding, ceil mode, dequantize after, threads); one
+# compile each (one parallel: the costliest to compile): output rows wider than 32 lanes with a partial last vector (35, 40 outputs),
+# and narrower (13)
+CASES = [("uint8", (3, 20, 70), 3, 2, 1, False, False, 2),
+         ("int8", (2, 9, 13), 3, 1, 1, True, False, 1),
+         ("int8", (3, 11, 41), 2, 1, 0, False, True, 1)]
+
+
+@pytest.mark.parametrize("dtype,shape,k,s,p,ceil,deq,threads", CASES)
+def test_8bit_max_pool_vector_is_exact(dtype, shape, k, s, p, ceil, deq, threads):
+    w = _workload(dtype, shape, k, s, p, ceil, deq)
+    t = get_template("fixed")
+    cfg = Config({"threads": threads})
+    src = t.codegen(w, cfg)
+    assert "vmax(acc, " in src and "if xv > v" not in src          # the vector form, no branches
+    assert f"VEC, NC = {isa.current().vector_bits // 8}," in src    # 8-bit lanes (32 on AVX2)
+    assert ("vload_even(P" in src) == (s == 2) and ("prange" in src) == (threads > 1)
+    assert t.space(w, 2).knob("threads").values == (1, 2)
+    rng = np.random.default_rng(5)
+    info = np.iinfo(dtype)
+    x = [rng.integers(info.min, int(info.max) + 1, (1,) + shape).astype(dtype)]
+    x[0][0, 0, :3, :3] = info.min    # a window of lowest values next to the padding
+    out = np.full(w.out_shape, 77, w.dtype)
+    load_kernel(w, t, cfg)(*x, out)
+    (ref,) = w.reference(x)
+    assert out.dtype == ref.dtype and np.array_equal(out, ref)
+
+
+def test_8bit_max_pool_falls_back_to_scalar_for_other_strides():
+    """Horizontal stride 3 keeps the scalar form (and one thread)."""
+    w = _workload("uint8", (2, 9, 9), 3, 3, 0)
+    t = get_template("fixed")
+    assert "if xv > v" in t.codegen(w, t.default_config(w, max_threads=2))
+    assert t.space(w, 2).knob("threads").values == (1,)
+
+
+def test_resnet50_pool_defaults_to_every_thread():
+    w = _workload("uint8", (64, 112, 112), 3, 2, 1)
+    t = get_template("fixed")
+    assert t.default_config(w, max_threads=2)["threads"] == 2
