@@ -3,7 +3,9 @@
 One point per workload. ``codegen`` writes plain Numba loops for ``max_pool2d``,
 ``avg_pool2d`` (padding, ceil mode, count_include_pad), ``global_avg_pool2d`` (NCHW or any
 layout), ``softmax`` (any axis) and ``lrn`` (any channel axis), each followed by the group's
-elementwise epilogue on every output element. Anything else (batch_matmul, integer ops,
+elementwise epilogue on every output element. NCHW pools (float, and 8-bit max pools with or
+without a trailing dequantize) have vector forms (``fixed_vector``) whose ``threads`` knob
+splits the planes. Anything else (batch_matmul, integer ops,
 grouped convolutions the conv2d and depthwise_conv2d templates do not generate ...) raises
 ``InstantiationError``: the model builder then runs that
 group with the NumPy reference executor, and says so.
