@@ -69,3 +69,26 @@ def test_resnet50_pool_defaults_to_every_thread():
     w = _workload("uint8", (64, 112, 112), 3, 2, 1)
     t = get_template("fixed")
     assert t.default_config(w, max_threads=2)["threads"] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype,instr", [("uint8", "vpmaxub"), ("int8", "vpmaxsb")])
+def test_8bit_max_pool_compiles_to_byte_max_on_ymm(tmp_path, dtype, instr):
+    """The max is one unsigned/signed byte max per 32 lanes (AVX2), not a branch per element
+    (slow: compiles without the cache to read the assembly)."""
+    import importlib.util
+    import re
+
+    if isa.current().vector_bits != 256:
+        pytest.skip("checks the AVX2 form (256-bit vectors)")
+    w = _workload(dtype, (2, 9, 40), 3, 2, 1)
+    t = get_template("fixed")
+    path = tmp_path / f"pool8_{dtype}.py"
+    path.write_text(t.codegen(w, Config({"threads": 1})).replace("cache=True", "cache=False"))
+    spec = importlib.util.spec_from_file_location(f"pool8_{dtype}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    x = np.zeros((1, 2, 9, 40), dtype)
+    mod.kernel(x, np.empty(w.out_shape, dtype))
+    asm = "\n".join(mod.kernel.inspect_asm().values())
+    assert re.search(rf"{instr}\s+[^\n]*%ymm", asm), f"no {instr} on ymm registers"
