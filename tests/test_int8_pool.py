@@ -58,6 +58,28 @@ def test_8bit_max_pool_vector_is_exact(dtype, shape, k, s, p, ceil, deq, threads
     assert w.check(x, [out], [ref]) is None
 
 
+def test_float_max_pool_then_quantize_is_vector_and_exact():
+    """An FP32 max pool feeding a quantized op: float vectors pooled, each output quantized
+    (round half to even, clamp) as it is stored; negative inputs, so padding read as 0
+    instead of -inf would show."""
+    b = GraphBuilder("g")
+    y = b.op("max_pool2d", b.input("x", (1, 3, 10, 37)), pool_size=[3, 3], strides=[2, 2],
+             padding=[1] * 4)
+    (w,) = [workload_for_group(n) for n in fused_groups(optimize(
+        b.build(b.op("quantize", y, scale=0.02, zero_point=200, dtype="uint8")), opt_level=2))]
+    assert w.dtype == "uint8"
+    t = get_template("fixed")
+    cfg = Config({"threads": 1})
+    src = t.codegen(w, cfg)
+    assert "vmax(acc, vload_s2(P" in src and "np.rint" in src and "if xv > v" not in src
+    x = [np.random.default_rng(2).uniform(-4.5, 0.5, (1, 3, 10, 37)).astype(np.float32)]
+    x[0][0, 0, 0, :6] = [-4.0, -3.99, -1.01, -1.0, -0.99, 0.01]   # levels and half-levels
+    (out,) = w.make_outputs()
+    load_kernel(w, t, cfg)(*x, out)
+    (ref,) = w.reference(x)
+    assert np.array_equal(out, ref)
+
+
 def test_8bit_max_pool_falls_back_to_scalar_for_other_strides():
     """Horizontal stride 3 keeps the scalar form (and one thread)."""
     w = _workload("uint8", (2, 9, 9), 3, 3, 0)

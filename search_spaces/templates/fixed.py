@@ -70,13 +70,24 @@ class FixedTemplate(Template):
         except InstantiationError:
             return 0
         in_dtype = w.p["inputs"][0][1]
-        if not FixedTemplate._pool8(w) and (op not in POOLS or epilogue or in_dtype != w.dtype
-                                            or not w.dtype.startswith("float")):
+        if not (FixedTemplate._pool8(w) or FixedTemplate._pool_quantize(w)) and (
+                op not in POOLS or epilogue or in_dtype != w.dtype or not w.dtype.startswith("float")):
             return 0
         if not pool_vector(op, attrs):
             return 0
         xs = tuple(w.p["inputs"][0][0])
         return xs[0] * xs[1] if len(xs) == 4 else 0
+
+    @staticmethod
+    def _pool_quantize(w) -> bool:
+        """A float max pool followed by a quantize (an FP32 pool feeding a quantized op):
+        pooled in float vectors, each converted to 8 bits as it is stored."""
+        try:
+            op, _, epilogue = _main(w)
+        except InstantiationError:
+            return False
+        return (op == "max_pool2d" and w.p["inputs"][0][1].startswith("float")
+                and len(epilogue) == 1 and epilogue[0]["op"] == "quantize")
 
     @staticmethod
     def _pool8(w) -> bool:
@@ -139,11 +150,18 @@ class FixedTemplate(Template):
                                        threads, deq)
         elif vector:
             # Outputs as vectors (search_spaces.templates.fixed_vector); the kernel stores them itself.
+            quant = None
+            if op in POOLS and convert is not None:   # a float max pool, then a quantize
+                from types import SimpleNamespace
+
+                from search_spaces.templates.injective import quant_scalar_op
+                quant = quant_scalar_op(SimpleNamespace(op=convert["op"], attrs=convert["attrs"]), ["T[i]"])
+                vec = isa.current().lanes(in_dtype)
             imports += [f"from search_spaces.runtime.simd import {', '.join(VEC_NAMES)}",
                         "from search_spaces.runtime.vector_ops import vdiv, vmax, vmul"]
             if threads > 1:
                 imports.append("from numba import prange")
-            lines += (pool_nchw_vector(op, attrs, x_shape, shape, vec, threads) if op in POOLS
+            lines += (pool_nchw_vector(op, attrs, x_shape, shape, vec, threads, quant) if op in POOLS
                       else lrn_vector_source(attrs, x_shape, vec))
         else:
             body = getattr(self, "_" + op)(attrs, x_shape, shape)
@@ -165,7 +183,8 @@ class FixedTemplate(Template):
         if not self._float:
             head.append(f"LOWEST = {DTYPE_SRC[in_dtype]}({-128 if in_dtype == 'int8' else 0})"
                         "   # the lowest level (the reference's padding)")
-            head.append(f"IN_DTYPE = {DTYPE_SRC[in_dtype]}")
+        if not self._float or in_dtype != w.dtype:
+            head.append(f"IN_DTYPE = {DTYPE_SRC[in_dtype]}   # the input's dtype")
         jit = "@numba.njit(cache=True" + (", parallel=True)" if threads > 1 else ")")
         kern = [jit, f"def kernel({sig}):"] + ["    " + ln for ln in lines]
         return "\n".join(head) + "\n\n\n" + "\n".join(kern) + "\n"

@@ -60,7 +60,8 @@ def _whole_plane(op: str, a: dict, xs: tuple, os: tuple) -> bool:
             and not any(a["padding"]))
 
 
-def pool_nchw_vector(op: str, a: dict, xs: tuple, os: tuple, vec: int, threads: int = 1) -> list[str]:
+def pool_nchw_vector(op: str, a: dict, xs: tuple, os: tuple, vec: int, threads: int = 1,
+                     convert: str | None = None) -> list[str]:
     """NCHW pooling, VEC outputs at a time, the planes split across ``threads``.
 
     Max and average pooling: each plane is copied into a scratch plane bordered with -inf
@@ -69,7 +70,12 @@ def pool_nchw_vector(op: str, a: dict, xs: tuple, os: tuple, vec: int, threads: 
     window offset one vector of inputs (``vload_n`` for stride 1, the even lanes of two loads,
     ``vload_s2``, for stride 2) and one ``vmax`` / ``vadd``; an average divides by the window's
     count (``count_include_pad`` or the taps inside the image), computed once per call into a
-    plane of counts. A global average sums each contiguous plane VEC lanes at a time."""
+    plane of counts. A global average sums each contiguous plane VEC lanes at a time.
+
+    ``convert`` (max pooling only): the scalar expression of ``T[i]`` storing a pooled value
+    (a quantize to 8 bits); the plane and vectors are then ``IN_DTYPE`` (the input's float
+    type), each output vector goes through the buffer ``T`` and is converted element by
+    element."""
     n_, c_, h, w = xs
     if _whole_plane(op, a, xs, os):
         hw = h * w
@@ -108,8 +114,14 @@ def pool_nchw_vector(op: str, a: dict, xs: tuple, os: tuple, vec: int, threads: 
                   f"    for ow in range({ow_}):",
                   f"        w0 = ow * {sw} - {pl}",
                   f"        CNT[oh * {ow_} + ow] = DTYPE(max({cnt}, 1))"]
-    lines += _plane_loop(threads, [f"P = np.full({ph * pw}, {fill}, DTYPE)   # one plane, "
-                                   f"{fill} around the image"])
+    ty = "DTYPE"
+    scratch = [f"P = np.full({ph * pw}, {fill}, DTYPE)   # one plane, {fill} around the image"]
+    if convert is not None:
+        if not is_max:
+            raise ValueError("a converted vector pool is generated for max pooling only")
+        ty = "IN_DTYPE"
+        scratch = [scratch[0].replace("DTYPE)", "IN_DTYPE)"), "T = np.empty(VEC, IN_DTYPE)"]
+    lines += _plane_loop(threads, scratch)
     body = [
         f"src = nc * {h * w}",
         f"for ih in range({h}):",
@@ -122,13 +134,18 @@ def pool_nchw_vector(op: str, a: dict, xs: tuple, os: tuple, vec: int, threads: 
         f"for oh in range({oh_}):",
         f"    for ow0 in range(0, {ow_}, VEC):",
         f"        cnt = min(VEC, {ow_} - ow0)",
-        f"        acc = vsplat(DTYPE({fill}), VEC)",
+        f"        acc = vsplat({ty}({fill}), VEC)",
         f"        for kh in range({kh}):",
         f"            r = (oh * {sh} + kh) * {pw} + ow0 * {sw}",
     ] + [f"            acc = {combine}(acc, {load.format(kw=k)})" for k in range(kw)]
     if not is_max:
         body.append(f"        acc = vdiv(acc, vload_n(CNT, oh * {ow_} + ow0, cnt, VEC))")
-    body.append(f"        vstore_n(Cf, obase + oh * {ow_} + ow0, acc, cnt)")
+    if convert is None:
+        body.append(f"        vstore_n(Cf, obase + oh * {ow_} + ow0, acc, cnt)")
+    else:
+        body += ["        vstore(T, 0, acc)",
+                 "        for i in range(cnt):",
+                 f"            Cf[obase + oh * {ow_} + ow0 + i] = {convert}"]
     return lines + ["        " + ln for ln in body]
 
 
