@@ -118,11 +118,15 @@ class Workload(ABC):
         return arrays
 
     def make_outputs(self) -> list[np.ndarray]:
-        # Filled with NaN (floats) so a kernel that skips an element is caught by the check.
+        # Filled with NaN (floats) so a kernel that skips an element is caught by the check;
+        # integers with -12345 (8-bit: 0xA5 / -0x5B, as the quantized anchors fill theirs)
         outs = []
         for shape, dtype in self.output_specs():
             out = np.empty(shape, dtype=dtype)
-            out.fill(np.nan if np.issubdtype(out.dtype, np.floating) else -12345)
+            if np.issubdtype(out.dtype, np.floating):
+                out.fill(np.nan)
+            else:
+                out.fill({1: 0xA5 if out.dtype.kind == "u" else -0x5B}.get(out.dtype.itemsize, -12345))
             outs.append(out)
         return outs
 

@@ -18,6 +18,10 @@ checks (the generated code computes offsets that are in range by construction).
     vload_n(arr, i, n, lanes)     arr.flat[i : i+n], zeros in the other lanes (masked load:
                               nothing past i+n-1 is read; n clamped to 0..lanes)
     vload_s2(arr, i, n, lanes)    arr.flat[i], arr.flat[i+2], ... (n of them), zeros after
+    vload_even(arr, i, lanes)     arr.flat[i], arr.flat[i+2], ... (lanes of them): two plain
+                              loads of i .. i+2*lanes-1 and one even-lane shuffle (for 8-bit
+                              lanes, where AVX2 has no masked load; reads one element more
+                              than the lanes use)
     vstore_n(arr, i, v, n)        arr.flat[i : i+n] = the first n lanes of v (masked store)
     vsqrt(v)                      lane-wise square root
     prefetch(arr, i) / prefetch_w(arr, i)   cache-line hints (read / write), never fault
@@ -283,6 +287,26 @@ def vload_s2(typingctx, arr, i, n, lanes):
     return vt(arr, i, n, lanes), codegen
 
 
+
+@intrinsic
+def vload_even(typingctx, arr, i, lanes):
+    """arr.flat[i], arr.flat[i+2], ..., arr.flat[i+2*(lanes-1)]: two unmasked loads of
+    consecutive elements and one even-lane shuffle; reads i .. i+2*lanes-1 (the caller
+    guarantees they are inside arr)."""
+    _contiguous(arr, "vload_even")
+    vt = Vec(arr.dtype, _lanes(lanes))
+
+    def codegen(context, builder, sig, args):
+        lanes_ = vt.lanes
+        vty = context.get_value_type(vt)
+        align = _align(context, arr.dtype)
+        lo_ptr = _flat_ptr(context, builder, sig.args[0], args[0], args[1])
+        hi_ptr = builder.gep(lo_ptr, [ir.Constant(ir.IntType(64), lanes_)])
+        lo = builder.load(_vec_ptr(builder, lo_ptr, vty), align=align)
+        hi = builder.load(_vec_ptr(builder, hi_ptr, vty), align=align)
+        even = ir.Constant(ir.VectorType(ir.IntType(32), lanes_), list(range(0, 2 * lanes_, 2)))
+        return builder.shuffle_vector(lo, hi, even)
+    return vt(arr, i, lanes), codegen
 
 
 def _masked_store(builder, v, ptr, mask, align: int) -> None:

@@ -24,7 +24,27 @@ def _vec_binary(name: str, build):
 vsub = _vec_binary("vsub", lambda bd, x, y: bd.fsub(x, y))
 vmul = _vec_binary("vmul", lambda bd, x, y: bd.fmul(x, y))
 vdiv = _vec_binary("vdiv", lambda bd, x, y: bd.fdiv(x, y))
-# x > y ? x : y (and the mirror): one vmaxps/vminps; like the scalar max(), a NaN in the
-# first operand yields the second.
-vmax = _vec_binary("vmax", lambda bd, x, y: bd.select(bd.fcmp_ordered(">", x, y), x, y))
-vmin = _vec_binary("vmin", lambda bd, x, y: bd.select(bd.fcmp_ordered("<", x, y), x, y))
+
+
+def _vec_minmax(name: str, cmp: str):
+    """Lane-wise max/min of float or integer vectors: floats as x > y ? x : y (one
+    vmaxps/vminps; like the scalar max(), a NaN in the first operand yields the second),
+    integers by a signed or unsigned compare as their type says (one vpmaxub/vpmaxsb ... on
+    AVX2: 32 8-bit lanes per instruction)."""
+    def typer(typingctx, a, b):
+        if not (isinstance(a, Vec) and a == b and isinstance(a.dtype, (types.Float, types.Integer))):
+            raise TypingError(f"{name} needs two equal float or integer vector types, got {a}, {b}")
+
+        def codegen(context, builder, sig, args):
+            x, y = args
+            if isinstance(a.dtype, types.Float):
+                return builder.select(builder.fcmp_ordered(cmp, x, y), x, y)
+            icmp = builder.icmp_signed if a.dtype.signed else builder.icmp_unsigned
+            return builder.select(icmp(cmp, x, y), x, y)
+        return a(a, b), codegen
+    typer.__name__ = name
+    return intrinsic(typer)
+
+
+vmax = _vec_minmax("vmax", ">")
+vmin = _vec_minmax("vmin", "<")

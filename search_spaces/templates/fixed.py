@@ -3,7 +3,9 @@
 One point per workload. ``codegen`` writes plain Numba loops for ``max_pool2d``,
 ``avg_pool2d`` (padding, ceil mode, count_include_pad), ``global_avg_pool2d`` (NCHW or any
 layout), ``softmax`` (any axis) and ``lrn`` (any channel axis), each followed by the group's
-elementwise epilogue on every output element. Anything else (batch_matmul, integer ops,
+elementwise epilogue on every output element. NCHW pools (float, and 8-bit max pools with or
+without a trailing dequantize) have vector forms (``fixed_vector``) whose ``threads`` knob
+splits the planes. Anything else (batch_matmul, integer ops,
 grouped convolutions the conv2d and depthwise_conv2d templates do not generate ...) raises
 ``InstantiationError``: the model builder then runs that
 group with the NumPy reference executor, and says so.
@@ -15,6 +17,7 @@ import math
 from search_spaces.epilogue import DTYPE_SRC, Epilogue
 from search_spaces import isa
 from search_spaces.templates.fixed_vector import (VEC_NAMES, lrn_vector, lrn_vector_source,
+                                                  max_pool_vector, pool8_nchw_vector,
                                                   pool_nchw_vector, pool_vector)
 from search_spaces.space import Config, ConfigSpace, Knob
 from search_spaces.template import Template
@@ -39,7 +42,7 @@ def _main(w) -> tuple[str, dict, list[dict]]:
 
 class FixedTemplate(Template):
     name = "fixed"
-    version = 4
+    version = 5
     workload_kind = "fixed"
     tunable = False   # one point per workload: nothing to search
     entry = "kernel"
@@ -67,12 +70,39 @@ class FixedTemplate(Template):
         except InstantiationError:
             return 0
         in_dtype = w.p["inputs"][0][1]
-        if op not in POOLS or epilogue or in_dtype != w.dtype or not w.dtype.startswith("float"):
+        if not (FixedTemplate._pool8(w) or FixedTemplate._pool_quantize(w)) and (
+                op not in POOLS or epilogue or in_dtype != w.dtype or not w.dtype.startswith("float")):
             return 0
         if not pool_vector(op, attrs):
             return 0
         xs = tuple(w.p["inputs"][0][0])
         return xs[0] * xs[1] if len(xs) == 4 else 0
+
+    @staticmethod
+    def _pool_quantize(w) -> bool:
+        """A float max pool followed by a quantize (an FP32 pool feeding a quantized op):
+        pooled in float vectors, each converted to 8 bits as it is stored."""
+        try:
+            op, _, epilogue = _main(w)
+        except InstantiationError:
+            return False
+        return (op == "max_pool2d" and w.p["inputs"][0][1].startswith("float")
+                and len(epilogue) == 1 and epilogue[0]["op"] == "quantize")
+
+    @staticmethod
+    def _pool8(w) -> bool:
+        """An 8-bit max pool with the vector form (``pool8_nchw_vector``): uint8/int8 in, the
+        same dtype out or a dequantize after it; NCHW, horizontal stride 1 or 2."""
+        try:
+            op, attrs, epilogue = _main(w)
+        except InstantiationError:
+            return False
+        in_dtype = w.p["inputs"][0][1]
+        if op != "max_pool2d" or in_dtype not in ("uint8", "int8") or len(w.p["inputs"][0][0]) != 4:
+            return False
+        plain = not epilogue and w.dtype == in_dtype
+        deq = len(epilogue) == 1 and epilogue[0]["op"] == "dequantize" and w.dtype == "float32"
+        return (plain or deq) and max_pool_vector(attrs)
 
     def codegen(self, workload, config: Config) -> str:
         w = workload
@@ -101,15 +131,37 @@ class FixedTemplate(Template):
         lines = epi.prep_lines() + ["X = p0", "Cf = out.reshape(-1)"]
         imports = ["import numba", "import numpy as np"]
         vec = isa.current().lanes(w.dtype)
+        pool8 = self._pool8(w)
         vector = (self._vector_planes(w) > 0
                   or not epilogue and op == "lrn" and w.dtype == in_dtype and lrn_vector(attrs, x_shape))
-        if vector:
+        if pool8:
+            # 8-bit max pooling: vector_bits / 8 lanes (32 on AVX2), whole-vector loads and stores
+            imports += [f"from search_spaces.runtime.simd import {', '.join(VEC_NAMES)}",
+                        "from search_spaces.runtime.vector_ops import vmax"]
+            if threads > 1:
+                imports.append("from numba import prange")
+            deq = None
+            if convert is not None:
+                from types import SimpleNamespace
+
+                from search_spaces.templates.injective import quant_scalar_op
+                deq = quant_scalar_op(SimpleNamespace(op=convert["op"], attrs=convert["attrs"]), ["T[i]"])
+            lines += pool8_nchw_vector(attrs, x_shape, shape, isa.current().vector_bits // 8,
+                                       threads, deq)
+        elif vector:
             # Outputs as vectors (search_spaces.templates.fixed_vector); the kernel stores them itself.
+            quant = None
+            if op in POOLS and convert is not None:   # a float max pool, then a quantize
+                from types import SimpleNamespace
+
+                from search_spaces.templates.injective import quant_scalar_op
+                quant = quant_scalar_op(SimpleNamespace(op=convert["op"], attrs=convert["attrs"]), ["T[i]"])
+                vec = isa.current().lanes(in_dtype)
             imports += [f"from search_spaces.runtime.simd import {', '.join(VEC_NAMES)}",
                         "from search_spaces.runtime.vector_ops import vdiv, vmax, vmul"]
             if threads > 1:
                 imports.append("from numba import prange")
-            lines += (pool_nchw_vector(op, attrs, x_shape, shape, vec, threads) if op in POOLS
+            lines += (pool_nchw_vector(op, attrs, x_shape, shape, vec, threads, quant) if op in POOLS
                       else lrn_vector_source(attrs, x_shape, vec))
         else:
             body = getattr(self, "_" + op)(attrs, x_shape, shape)
@@ -131,6 +183,8 @@ class FixedTemplate(Template):
         if not self._float:
             head.append(f"LOWEST = {DTYPE_SRC[in_dtype]}({-128 if in_dtype == 'int8' else 0})"
                         "   # the lowest level (the reference's padding)")
+        if not self._float or in_dtype != w.dtype:
+            head.append(f"IN_DTYPE = {DTYPE_SRC[in_dtype]}   # the input's dtype")
         jit = "@numba.njit(cache=True" + (", parallel=True)" if threads > 1 else ")")
         kern = [jit, f"def kernel({sig}):"] + ["    " + ln for ln in lines]
         return "\n".join(head) + "\n\n\n" + "\n".join(kern) + "\n"
