@@ -247,3 +247,34 @@ def test_grouped_conv_runs_its_groups_in_parallel():
     assert t.default_config(w, max_threads=1)["parallel"] == "none"
     conv = conv_workload(8, 6, 8, 3, 1, 2)          # not grouped: no 'g'
     assert "g" not in t.space(conv, 2).knob("parallel").values
+
+
+def shared_image_conv():
+    t = get_template("conv2d")
+    w = conv_workload(16, 16, 32, 3, 1, 2)        # M 32, N 16 x 17, K 144: one K block
+    return t, w, t.default_config(w, max_threads=2)
+
+
+def test_shared_image_block_is_packed_by_every_thread():
+    """At 2 threads a conv whose output rows are split (``parallel='m'``, M = 32 as
+    DenseNet-121's 3x3 convs) packs its im2col block, which every thread reads, with the rows
+    shared out in a parallel region (``pack_b_split``: one thread packed it before, 36-50% of
+    those convs' time). Split on N, each thread packs its own block and nothing is shared.
+    (Source only; the compiled kernel is checked by the slow test below.)"""
+    from search_spaces.gemm_engine.core import splits_pack_b
+    from search_spaces.gemm_engine.packing import SPLIT_PACK_MIN
+
+    t, w, cfg = shared_image_conv()
+    assert cfg["parallel"] == "m" and splits_pack_b(cfg, "im2col_nchw")
+    assert 144 * 16 * 17 >= SPLIT_PACK_MIN        # large enough to split at run time
+    src = t.codegen(w, cfg)
+    assert "pack_b_split(B, b_base, p0, j0, kc, nc, Bp, geo)" in src and "prange((kc" in src
+    by_n = cfg.replace(parallel="n", tile_n=96)
+    assert not splits_pack_b(by_n, "im2col_nchw") and "pack_b_split" not in t.codegen(w, by_n)
+    assert "pack_b_split" not in t.codegen(w, t.default_config(w, max_threads=1))
+
+
+@pytest.mark.slow   # compiles a parallel module: ~65 s under load, more than the default run's share
+def test_shared_image_block_packed_by_every_thread_is_exact():
+    t, w, cfg = shared_image_conv()
+    assert check(w, cfg) is None

@@ -3,6 +3,8 @@ unary chain, permutations through reshapes, against the group reference; groups 
 express stay with the other formulations."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -116,3 +118,46 @@ def test_gather_with_broadcast_operands_after_the_movement():
     src = t.codegen(w, t.default_config(w))
     assert "// 12) % 8]" not in src and "(o // 12)]" in src   # per-channel: one division
     assert check(w, t.default_config(w)) is None
+
+
+@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_large_groups_run_on_every_thread_small_ones_on_one(compiled):
+    """The default threads of the loops formulation: every thread from
+    ``PARALLEL_MIN_ELEMENTS`` output elements, one below. A batch-1 NCHW batch-norm + relu
+    splits its channels (the two outer dimensions are one parallel loop; the batch alone
+    would give one thread all of it). The gather formulation defaults to one thread (measured
+    slower in parallel); with more, a segment runs in parallel from ``PARALLEL_MIN_SEGMENT``
+    elements. ``compiled`` (slow: two parallel modules, ~45 s under
+    load): both exact against the reference at 2 threads."""
+    from search_spaces.templates.injective import PARALLEL_MIN_ELEMENTS
+    from search_spaces.templates.injective_gather import PARALLEL_MIN_SEGMENT
+
+    t = get_template("injective")
+
+    def bn_relu(c, h):
+        def build(b):
+            x = b.input("x", (1, c, h, h))
+            s = b.const(np.linspace(0.5, 1.5, c, dtype=np.float32).reshape(c, 1, 1))
+            return b.op("relu", b.op("multiply", x, s))   # exact: one rounding
+        return build
+
+    big = group_of(bn_relu(32, 32))            # 32768 elements
+    small = group_of(bn_relu(8, 8))
+    assert math.prod(big.out_shape) >= PARALLEL_MIN_ELEMENTS > math.prod(small.out_shape)
+    cfg = t.default_config(big, 2)
+    assert dict(cfg) == {"formulation": "loops", "threads": 2}
+    assert t.default_config(small, 2)["threads"] == 1 and t.default_config(big, 1)["threads"] == 1
+    assert "for f01 in prange(S0 * S1):" in t.codegen(big, cfg)
+    assert not compiled or check(big, cfg) is None
+
+    def concat_relu(b):
+        x1, x2 = b.input("x1", (1, 32, 32, 32)), b.input("x2", (1, 2, 32, 32))
+        return b.op("relu", b.op("concatenate", x1, x2, axis=1))
+
+    cat = group_of(concat_relu)
+    assert dict(t.default_config(cat, 2)) == {"formulation": "gather", "threads": 1}
+    cfg = Config({"formulation": "gather", "threads": 2})   # tunable: slower by default
+    src = t.codegen(cat, cfg)
+    assert 32 * 1024 >= PARALLEL_MIN_SEGMENT > 2 * 1024
+    assert "for j0 in prange(32768):" in src and "for j0 in range(2048):" in src
+    assert not compiled or check(cat, cfg) is None

@@ -30,8 +30,9 @@ source and share one compiled module (docs/compile-once.md).
 """
 from __future__ import annotations
 
+from search_spaces import isa
 from search_spaces.epilogue import DTYPE_SRC, VECTOR_IMPORTS, Epilogue
-from search_spaces.gemm_engine.packing import pack_a_source, pack_b_source
+from search_spaces.gemm_engine.packing import pack_a_source, pack_b_source, pack_b_split_source
 from search_spaces.gemm_engine.blocked import emit_block_loops
 
 A_SOURCES = ("direct", "pack", "im2col_nhwc")
@@ -139,33 +140,60 @@ def _tail(names: list[str]) -> str:
 
 def micro_source(mr: int, nr: int, vec: int, a_src: str, b_src: str,
                  name: str = "micro_kernel", t_stride: int | None = None,
-                 dims: Dims | None = None) -> list[str]:
+                 dims: Dims | None = None, chains: int = 1) -> list[str]:
     """The register-tiled micro-kernel; ``t_stride``: row stride of T when the tile computed
     is narrower than the panels (``narrow_source``); ``dims``: the module's dimensions (an
-    operand read in place has a stride K or N)."""
+    operand read in place has a stride K or N); ``chains``: independent accumulator sets,
+    each taking every ``chains``-th step of K, summed at the end (for tiles with too few
+    accumulators to cover the FMA latency: ``narrow_chains``)."""
     nv = nr // vec
     t_stride = t_stride or nr
     a_rs, a_ps, b_ps = _strides(a_src, b_src)
-    acc = [[f"c_{r}_{v}" for v in range(nv)] for r in range(mr)]
+    acc = [[[f"c_{r}_{v}" + (f"_{s}" if s else "") for v in range(nv)] for r in range(mr)]
+           for s in range(chains)]
     strides = dims.pick(stride_names(a_src, b_src)) if dims is not None else []
     lines = [_jit(), f"def {name}(AA, a, BB, b, kc, T{_tail(strides)}):",
-             f'    """T = A tile ({mr} rows) @ B tile ({nr} columns) over kc steps, in {mr * nv} vector',
+             f'    """T = A tile ({mr} rows) @ B tile ({nr} columns) over kc steps, in {mr * nv * chains} vector',
              f"    registers of {vec} lanes. A(r, p) = AA[a + r*{a_rs} + p*{a_ps}], "
-             f"B(p, c) = BB[b + p*{b_ps} + c].",
+             f"B(p, c) = BB[b + p*{b_ps} + c]."
+             + (f" {chains} accumulator sets, one per step of K modulo {chains}." if chains > 1 else ""),
              '    """']
+    for s in range(chains):
+        for r in range(mr):
+            lines.append("    " + " = ".join(acc[s][r]) + f" = vsplat(ZERO, {vec})")
+
+    def step(ind: str, s: int, p: str) -> list[str]:
+        out = [f"{ind}pa = a + {p} * {a_ps}", f"{ind}pb = b + {p} * {b_ps}"]
+        out += [f"{ind}b_{v} = vload(BB, pb + {v * vec}, {vec})" for v in range(nv)]
+        for r in range(mr):
+            off = f" + {r} * {a_rs}" if r else ""
+            out.append(f"{ind}a_{r} = vbroadcast(AA, pa{off}, {vec})")
+            out += [f"{ind}{acc[s][r][v]} = vfma(a_{r}, b_{v}, {acc[s][r][v]})" for v in range(nv)]
+        return out
+
+    if chains == 1:
+        lines += ["    for p in range(kc):"] + step("        ", 0, "p")
+    else:
+        lines.append(f"    for p0 in range(0, kc - {chains - 1}, {chains}):")
+        for s in range(chains):
+            lines += step("        ", s, f"(p0 + {s})" if s else "p0")
+        lines.append(f"    for p in range(kc - kc % {chains}, kc):")
+        lines += step("        ", 0, "p")
+        for s in range(1, chains):
+            for r in range(mr):
+                lines += [f"    {acc[0][r][v]} = vadd({acc[0][r][v]}, {acc[s][r][v]})" for v in range(nv)]
     for r in range(mr):
-        lines.append("    " + " = ".join(acc[r]) + f" = vsplat(ZERO, {vec})")
-    lines += ["    for p in range(kc):",
-              f"        pa = a + p * {a_ps}",
-              f"        pb = b + p * {b_ps}"]
-    lines += [f"        b_{v} = vload(BB, pb + {v * vec}, {vec})" for v in range(nv)]
-    for r in range(mr):
-        off = f" + {r} * {a_rs}" if r else ""
-        lines.append(f"        a_{r} = vbroadcast(AA, pa{off}, {vec})")
-        lines += [f"        {acc[r][v]} = vfma(a_{r}, b_{v}, {acc[r][v]})" for v in range(nv)]
-    for r in range(mr):
-        lines += [f"    vstore(T, {r * t_stride + v * vec}, {acc[r][v]})" for v in range(nv)]
+        lines += [f"    vstore(T, {r * t_stride + v * vec}, {acc[0][r][v]})" for v in range(nv)]
     return lines
+
+
+def narrow_chains(mr: int) -> int:
+    """Accumulator sets of the half-vector micro-kernel: one is MR registers, whose FMA chains
+    along K are latency-bound (Zen 3: 4-cycle FMA, two per cycle: 8 independent chains keep
+    the units busy, MR = 4 gives 4), so the 1-column remainder of N = 49 (ResNet-50's last
+    stage: two 24-wide panels and a narrow one) cost a quarter of the tile time; two sets
+    where they fit the register file beside the B vectors and the broadcast."""
+    return 2 if 2 * mr + 3 <= isa.current().registers else 1
 
 
 def narrow_width(N: int, c: dict, b_src: str) -> int:
@@ -267,6 +295,15 @@ def store_source(epi: Epilogue, single_block: bool, mr: int, nr: int, vec: int,
 
 
 # -- the blocked loops ---------------------------------------------------------------------------
+def splits_pack_b(c: dict, b_src: str) -> bool:
+    """Whether packed B blocks are shared by the threads: packed above the parallel block loop
+    (``parallel='m'`` with the loop orders whose k and n loops are outside m), so one thread
+    would pack them while the others wait; they are packed by ``pack_b_split`` instead."""
+    par, order = c["parallel"], c["loop_order"]
+    return (b_src != "direct" and par not in ("none", "g")
+            and max(order.index("k"), order.index("n")) < order.index(par))
+
+
 def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
                 narrow: int = 0) -> list[str]:
     """gemm_core(A, a_base, B, b_base, Cf, cbase, geo, e...): the block loops of one batch
@@ -298,8 +335,11 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
     at_parallel = [alloc_t + " (private)"] \
         + ([alloc_a + " (private)"] if pack_a and level_a >= level_par else []) \
         + ([alloc_b + " (private)"] if pack_b and level_b >= level_par else [])
+    # a B block all threads read (packed above the parallel loop) is packed by all of them
+    pack_b_call = ("pack_b_split(B, b_base, p0, j0, kc, nc, Bp, geo)" if splits_pack_b(c, b_src)
+                   else "pack_b(B, b_base, p0, j0, kc, nc, Bp, geo, 0, kc)")
     packs = ([(level_a, "pack_a(A, a_base, i0, p0, mc, kc, Ap, geo)")] if pack_a else []) \
-        + ([(level_b, "pack_b(B, b_base, p0, j0, kc, nc, Bp, geo)")] if pack_b else [])
+        + ([(level_b, pack_b_call)] if pack_b else [])
     ind = emit_block_loops(body, order, par, at_parallel, packs)
     if c["tile_k"] >= dims.values["K"]:
         body.append(f"{ind}mode = 3   # K fits one block: store with the epilogue")
@@ -360,11 +400,13 @@ def module_parts(dims: Dims, dtype: str, c: dict, a_src: str, b_src: str,
         parts.append(pack_a_source(a_src, dims))
     if b_src != "direct":
         parts.append(pack_b_source(b_src, dims, sw, c["nr"], c["vec"]))
+        if splits_pack_b(c, b_src):
+            parts.append(pack_b_split_source())
     parts.append(micro_source(c["mr"], c["nr"], c["vec"], a_src, b_src, dims=dims))
     narrow = narrow_kernel_width(c, b_src)
     if narrow:
         parts.append(micro_source(c["mr"], narrow, narrow, a_src, b_src, "micro_kernel_narrow",
-                                  c["nr"], dims))
+                                  c["nr"], dims, chains=narrow_chains(c["mr"])))
     if a_src == "direct" or b_src == "direct":
         parts.append(edge_source(a_src, b_src, dims))
     parts.append(store_source(epi, c["tile_k"] >= dims.values["K"], c["mr"], c["nr"], c["vec"], dims))

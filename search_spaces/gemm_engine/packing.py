@@ -75,14 +75,15 @@ def pack_a_source(src: str, dims) -> list[str]:
 
 def pack_b_source(src: str, dims, sw: int = 1, nr: int = 16, vec: int = 16) -> list[str]:
     """``sw``: the stride class of the im2col copies (1, 2, other); SW itself is a dimension."""
-    head = [_jit(), "def pack_b(B, b_base, p0, j0, kc, nc, Bp, geo):",
-            '    """Bp[q*kc*NR + p*NR + c] = B[p0 + p, j0 + q*NR + c]; columns past nc are zero."""']
+    head = [_jit(), "def pack_b(B, b_base, p0, j0, kc, nc, Bp, geo, pa, pb):",
+            '    """Bp[q*kc*NR + p*NR + c] = B[p0 + p, j0 + q*NR + c] for the block\'s rows pa <= p < pb',
+            '    (all of them: 0, kc); columns past nc are zero."""']
     head += ["    " + ln for ln in dims.unpack()]
     if src == "pack":
         return head + [
             "    # Vector copies (the loop vectoriser cannot prove B and Bp apart); the last panel's",
             "    # columns past nc are masked loads that read nothing and give zeros.",
-            "    for p in range(kc):",
+            "    for p in range(pa, pb):",
             "        row = b_base + (p0 + p) * N + j0",
             "        for q in range((nc + NR - 1) // NR):",
             "            dst = q * kc * NR + p * NR",
@@ -101,10 +102,10 @@ def pack_b_source(src: str, dims, sw: int = 1, nr: int = 16, vec: int = 16) -> l
             "            j = q * NR + c",
             "            if j < nc:",
             "                src = b_base + (j0 + j) * K + p0",
-            "                for p in range(kc):",
+            "                for p in range(pa, pb):",
             "                    Bp[base + p * NR + c] = B[src + p]",
             "            else:",
-            "                for p in range(kc):",
+            "                for p in range(pa, pb):",
             "                    Bp[base + p * NR + c] = ZERO",
         ]
     assert src == "im2col_nchw"
@@ -120,7 +121,7 @@ def pack_b_source(src: str, dims, sw: int = 1, nr: int = 16, vec: int = 16) -> l
         "    zero = vsplat(ZERO, VEC)",
         "    oh_first = j0 // OW",
         "    ow_first = j0 - oh_first * OW",
-        "    for p in range(kc):",
+        "    for p in range(pa, pb):",
         "        kk = p0 + p",
         "        ci = kk // (KH * KW)",
         "        rem = kk - ci * (KH * KW)",
@@ -169,3 +170,31 @@ def pack_b_source(src: str, dims, sw: int = 1, nr: int = 16, vec: int = 16) -> l
         "        for q in range(nq):",
         "            dst = q * kc * NR + p * NR",
     ] + [f"            vstore(Bp, dst + {v}, vload(ROW, q * NR + {v}, VEC))" for v in range(0, nr, vec)]
+
+
+# Smallest B block (kc x nc elements) whose packing is split across the threads when the
+# threads share it (``pack_b_split_source``). Below it, one parallel region (~3.5 us on two
+# Zen 3 cores, OpenMP layer, threads hot) costs about what the split saves.
+SPLIT_PACK_MIN = 32768
+# Row chunks of a split block (numba.get_num_threads() in the function would keep Numba from
+# caching it): prange deals them to the threads in contiguous runs.
+SPLIT_PACK_CHUNKS = 16
+
+
+def pack_b_split_source() -> list[str]:
+    """pack_b_split(...): ``pack_b`` of a block every thread reads (packed above the parallel
+    block loop, e.g. the image of an NCHW conv whose output rows are split), its rows shared
+    out over the threads in one parallel region. Without it one thread packs while the others
+    wait: DenseNet-121's 3x3 convs (M = 32, K = 1152) spend 36-50% of their one-thread time
+    in the im2col packing, serial at two threads."""
+    return [
+        "@numba.njit(cache=True, parallel=True)",
+        "def pack_b_split(B, b_base, p0, j0, kc, nc, Bp, geo):",
+        '    """pack_b of the whole block, its kc rows split across the threads."""',
+        f"    if kc * nc < {SPLIT_PACK_MIN}:",
+        "        pack_b(B, b_base, p0, j0, kc, nc, Bp, geo, 0, kc)",
+        "        return",
+        f"    step = (kc + {SPLIT_PACK_CHUNKS - 1}) // {SPLIT_PACK_CHUNKS}   # rows per chunk; prange deals the chunks out",
+        "    for t in prange((kc + step - 1) // step):",
+        "        pack_b(B, b_base, p0, j0, kc, nc, Bp, geo, t * step, min(kc, (t + 1) * step))",
+    ]

@@ -196,7 +196,7 @@ def repair(space: ConfigSpace, cfg: dict) -> Config:
 
 class Conv2dTemplate(Template):
     name = "conv2d"
-    version = 3
+    version = 4   # 4: shared B blocks packed by every thread (pack_b_split), two-chain narrow kernel
     workload_kind = "conv2d"
     entry = "kernel"
     # Cache blocks are arguments (with the shape and geometry: ``dims``); configs differing in

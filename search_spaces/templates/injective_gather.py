@@ -27,6 +27,7 @@ from workloads.errors import InstantiationError
 MOVEMENT_OPS = ("reshape", "flatten", "expand_dims", "squeeze", "transpose", "layout_transform",
                 "concatenate")
 MAX_SEGMENTS = 64
+PARALLEL_MIN_SEGMENT = 1 << 14   # elements of a segment copied by a parallel loop (threads > 1)
 
 
 def _affine(idx: np.ndarray) -> list[tuple[int, int]] | None:
@@ -149,12 +150,20 @@ def gather_ok(w) -> bool:
     return True
 
 
+def parallel_segments(w, threads: int) -> list[bool]:
+    """Which segments' outer loops run with ``prange``: at ``threads`` > 1, those of at least
+    ``PARALLEL_MIN_SEGMENT`` elements (a concatenation of many small inputs stays on one
+    thread: one parallel region per segment)."""
+    return [threads > 1 and int(np.prod([e for e, _ in dims])) >= PARALLEL_MIN_SEGMENT
+            for _, _, _, dims in gather_plan(w)["segments"]]
+
+
 def gather_source(w, threads: int) -> list[str]:
     """The kernel's body lines (after the ``def``): one loop nest per segment."""
     plan = gather_plan(w)
     nparams = len(w.input_specs())
     lines = [f"e{k} = p{k}.reshape(-1)" for k in range(nparams)] + ["Cf = out.reshape(-1)"]
-    for k, start, base, dims in plan["segments"]:
+    for (k, start, base, dims), par in zip(plan["segments"], parallel_segments(w, threads)):
         outer = list(reversed(dims))   # outermost first
         lines.append(f"# output [{start}, {start + int(np.prod([e for e, _ in dims]))}) from p{k}: "
                      + " x ".join(f"{e} (stride {s})" for e, s in outer))
@@ -163,7 +172,7 @@ def gather_source(w, threads: int) -> list[str]:
         ostride = int(np.prod([e for e, _ in dims]))
         for d, (e, s) in enumerate(outer):
             ostride //= e
-            rng = f"prange({e})" if d == 0 and threads > 1 else f"range({e})"
+            rng = f"prange({e})" if d == 0 and par else f"range({e})"
             lines.append(f"{ind}for j{d} in {rng}:")
             ind += "    "
             o_terms.append(f"j{d} * {ostride}" if ostride != 1 else f"j{d}")
