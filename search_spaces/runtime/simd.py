@@ -264,6 +264,18 @@ def vload_n(typingctx, arr, i, n, lanes):
     return vt(arr, i, n, lanes), codegen
 
 
+def _two_vector_ptrs(context, builder, arr_ty, arr, i, lanes: int):
+    """Pointers to arr.flat[i] and arr.flat[i + lanes]: two consecutive vectors."""
+    lo_ptr = _flat_ptr(context, builder, arr_ty, arr, i)
+    return lo_ptr, builder.gep(lo_ptr, [ir.Constant(ir.IntType(64), lanes)])
+
+
+def _even_lanes(builder, lo, hi, lanes: int):
+    """Lanes 0, 2, 4, ... of the 2*lanes elements lo:hi (a stride-2 gather of two vectors)."""
+    even = ir.Constant(ir.VectorType(ir.IntType(32), lanes), list(range(0, 2 * lanes, 2)))
+    return builder.shuffle_vector(lo, hi, even)
+
+
 @intrinsic
 def vload_s2(typingctx, arr, i, n, lanes):
     """arr.flat[i], arr.flat[i+2], ... (n of them) in the first n lanes, zeros after: two
@@ -277,15 +289,12 @@ def vload_s2(typingctx, arr, i, n, lanes):
         align = _align(context, arr.dtype)
         span = builder.sub(builder.mul(args[2], ir.Constant(args[2].type, 2)),
                            ir.Constant(args[2].type, 1))          # elements i .. i+2n-2
-        lo_ptr = _flat_ptr(context, builder, sig.args[0], args[0], args[1])
-        hi_ptr = builder.gep(lo_ptr, [ir.Constant(ir.IntType(64), lanes_)])
+        lo_ptr, hi_ptr = _two_vector_ptrs(context, builder, sig.args[0], args[0], args[1], lanes_)
         lo = _masked_load(context, builder, lo_ptr, vty, _lane_mask(builder, span, lanes_), align)
         rest = builder.sub(span, ir.Constant(span.type, lanes_))
         hi = _masked_load(context, builder, hi_ptr, vty, _lane_mask(builder, rest, lanes_), align)
-        even = ir.Constant(ir.VectorType(ir.IntType(32), lanes_), list(range(0, 2 * lanes_, 2)))
-        return builder.shuffle_vector(lo, hi, even)
+        return _even_lanes(builder, lo, hi, lanes_)
     return vt(arr, i, n, lanes), codegen
-
 
 
 @intrinsic
@@ -300,12 +309,10 @@ def vload_even(typingctx, arr, i, lanes):
         lanes_ = vt.lanes
         vty = context.get_value_type(vt)
         align = _align(context, arr.dtype)
-        lo_ptr = _flat_ptr(context, builder, sig.args[0], args[0], args[1])
-        hi_ptr = builder.gep(lo_ptr, [ir.Constant(ir.IntType(64), lanes_)])
+        lo_ptr, hi_ptr = _two_vector_ptrs(context, builder, sig.args[0], args[0], args[1], lanes_)
         lo = builder.load(_vec_ptr(builder, lo_ptr, vty), align=align)
         hi = builder.load(_vec_ptr(builder, hi_ptr, vty), align=align)
-        even = ir.Constant(ir.VectorType(ir.IntType(32), lanes_), list(range(0, 2 * lanes_, 2)))
-        return builder.shuffle_vector(lo, hi, even)
+        return _even_lanes(builder, lo, hi, lanes_)
     return vt(arr, i, lanes), codegen
 
 
