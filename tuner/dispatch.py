@@ -10,7 +10,8 @@ with a one-time notice (``strict`` refuses it).
 ``gemm(A, B)`` compiles the chosen kernel in this process (from Numba's on-disk cache when a
 tuning worker already built it) and runs it. Its selection and kernel are cached per process
 for (store URL, shape, dtype, threads, strict), and ``kernel(spec)``'s for (store URL,
-workload, template, threads, strict): after the first call no database query is made. A cached entry is dropped when this process writes trials to that store (a tuning run,
+workload, template, threads, strict): after the first call no database query is made. A
+cached entry is dropped when this process writes trials to that store (a tuning run,
 ``tuner.db.store.writes``) or on ``forget_selections()``; records written by another process
 are seen by a new process (or after ``forget_selections()``).
 """

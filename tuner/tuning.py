@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from search_spaces.space import Config
 from tuner.db.claims import Claims
 from tuner.db.jsonl import RunLog
-from tuner.db.store import Best, Store, TrialRecord, rank_configs
+from tuner.db.store import Best, Store, TrialRecord, placements_cut, rank_configs
 from tuner.measure.measurer import MeasureOptions, Measurer
 from tuner.measure.result import MeasureResult, Status, summarize
 from tuner.search import make_strategy
@@ -289,9 +289,6 @@ def _remeasure_top(store: Store, measurer: Measurer, workload, template, target,
         return
     measurer.fresh_runner()   # the leaders again, in a process that has not run the others
 
-    def partial(rs) -> bool:
-        return all((r.info or {}).get("placements_cut") for r in rs)
-
     def ranked_now():
         return rank_configs(store.trials(
             workload_key=workload.key, target_key=target.key, template=template.name,
@@ -305,13 +302,13 @@ def _remeasure_top(store: Store, measurer: Measurer, workload, template, target,
 
     for _ in range(max_rounds):
         top = [Config.from_json(rs[0].config) for _, rs in ranked_now()[:opts.remeasure_top]
-               if len(rs) < 2 or partial(rs)]
+               if len(rs) < 2 or placements_cut(rs)]
         if not top:
             return
         measure(top)
     for _ in range(max_rounds):
         leader = ranked_now()[:1]
-        if not leader or not partial(leader[0][1]):
+        if not leader or not placements_cut(leader[0][1]):
             return
         measure([Config.from_json(leader[0][1][0].config)])
 

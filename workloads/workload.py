@@ -119,7 +119,8 @@ class Workload(ABC):
 
     def make_outputs(self) -> list[np.ndarray]:
         # Filled with NaN (floats) so a kernel that skips an element is caught by the check;
-        # integers with -12345 (8-bit: 0xA5 / -0x5B, as the quantized anchors fill theirs)
+        # integers with -12345, 8-bit ones with 0xA5 / -0x5B (every level is a valid 8-bit
+        # value, so an unwritten element is caught only where the result differs)
         outs = []
         for shape, dtype in self.output_specs():
             out = np.empty(shape, dtype=dtype)

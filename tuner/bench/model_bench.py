@@ -62,8 +62,8 @@ INT8_GROUPS = "EFQ"
 COLUMNS = ["group", "what", "threads", "graph_passes", "tuning", "dtype", "p50_ms", "p95_ms",
            "vs_numpy", "vs_ort", "cpu_p50_ms", "vs_numpy_cpu", "vs_ort_cpu", "max_abs_err",
            "weight_mb", "top1_vs_fp32", "coverage", "kernels", "bottleneck", "overhead_ms"]
-AGREEMENT_SEED = 10_000
-SETTLE_SECONDS = 0.2   # sleep before each contender's samples at > 1 thread (time_interleaved)   # agreement inputs: never a calibration seed (0..N-1)
+AGREEMENT_SEED = 10_000   # agreement inputs: never a calibration seed (0..N-1)
+SETTLE_SECONDS = 0.2   # sleep before each contender's samples at > 1 thread (time_interleaved)
 
 
 def _bottleneck(prof) -> str:

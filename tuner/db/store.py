@@ -86,6 +86,13 @@ def rank_configs(rows: Sequence[TrialRow]) -> list[tuple[float, list[TrialRow]]]
     return sorted(((max(x.median for x in rs), rs) for rs in by_cfg.values()), key=lambda p: p[0])
 
 
+def placements_cut(rows: Sequence[TrialRow]) -> bool:
+    """Whether every measurement of a config timed it on one buffer placement only (a tuning
+    run's ``placements_cut``: far enough behind the best of its run), so it has no
+    slowest-placement score yet."""
+    return all((r.info or {}).get("placements_cut") for r in rows)
+
+
 _WRITES: dict[str, int] = {}   # store URL -> batches of trials written by this process
 
 
@@ -291,10 +298,7 @@ class Store:
             groups.setdefault(k, []).append(r)
         out = []
         for (wkey, tkey, thr, tmpl, ver), group in groups.items():
-            # a config timed on one placement only (a tuning run's ``placements_cut``: far
-            # enough behind the best of its run) has no slowest-placement score yet
-            ranked = [(sc, rs) for sc, rs in rank_configs(group)
-                      if not all((r.info or {}).get("placements_cut") for r in rs)]
+            ranked = [(sc, rs) for sc, rs in rank_configs(group) if not placements_cut(rs)]
             if not ranked:
                 continue
             score, cfg_rows = ranked[0]

@@ -153,7 +153,7 @@ class ModelStrategy(Strategy):
             if len(out) >= n:
                 break
             v = self.variant(cfg)
-            if budget is not None and v not in compiled and v not in new and len(new) >= budget:
+            if v not in compiled and v not in new and len(new) >= budget:
                 if not known:
                     continue
                 cfg = Config({**dict(self.rng.choice(known)),
