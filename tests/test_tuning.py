@@ -245,3 +245,45 @@ def test_a_leader_timed_on_one_placement_is_measured_again(store):
     _remeasure_top(store, rec, w, t, target, TuneOptions(progress=False, remeasure_top=1), run)
     assert rec.measured == [cut]
     assert store.best(w.key, target.key, 1, t.name, t.version).config == full
+
+
+def test_a_run_never_ends_on_a_leader_measured_once(store):
+    """The default check's rows can cost the best its lead (its slowest median rises), and
+    the new leader may be a config the search measured once: ``settle_best`` measures that
+    one again and checks it against the default in turn."""
+    from tuner.db.store import TrialRecord
+    from tuner.measure.result import MeasureResult, Status
+    from tuner.tuning import settle_best
+
+    class Given:
+        """Per-config medians, in call order; the last one repeats."""
+
+        def __init__(self, medians):
+            self.medians, self.measured = medians, []
+
+        def fresh_runner(self):
+            pass
+
+        def measure(self, workload, template, configs, cutoff_s=None):
+            self.measured += configs
+            out = []
+            for c in configs:
+                m = self.medians[c]
+                out.append(MeasureResult(Status.OK, [m.pop(0) if len(m) > 1 else m[0]] * 3))
+            return out
+
+    w, t, target = Gemm.parse("8x8x13"), SleepyGemm(), host_target()
+    default, best, third = t.default_config(w, 1), Config({"delay": 2}), Config({"delay": 4})
+    ok = lambda s: MeasureResult(Status.OK, [s] * 3)   # noqa: E731
+    run = store.start_run(target, "test", "grid", 1)
+    store.add_trials(run, w, target, [TrialRecord(t.name, t.version, c, 1, r) for c, r in [
+        (default, ok(2.0e-3)), (default, ok(2.0e-3)), (best, ok(1.0e-3)), (best, ok(1.0e-3)),
+        (third, ok(1.1e-3))]])          # third: measured once, behind the best
+    # the check times the best at 1.3 ms (slower than third's single 1.1 ms), third holds 1.1
+    given = Given({default: [2.0e-3], best: [1.3e-3], third: [1.1e-3]})
+    settle_best(store, given, w, t, target, TuneOptions(progress=False, remeasure_top=1), run)
+    lead = store.best(w.key, target.key, 1, t.name, t.version)
+    assert lead.config == third
+    rows = [r for r in store.trials(workload_key=w.key) if r.config_hash == third.hash]
+    assert len(rows) >= 2                        # measured again before it could lead
+    assert lead.guard and lead.guard["best"] == third.hash and lead.guard["accepted"]

@@ -236,9 +236,7 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
         progress.close()
 
         summary.phase_time = {k: measurer.wall[k] - wall0[k] for k in wall0}
-        _remeasure_top(store, measurer, workload, template, target, opts, run_id)
-        if opts.remeasure_top > 0 and opts.guard_rounds > 0:
-            guard_against_default(store, measurer, workload, template, target, opts, run_id)
+        settle_best(store, measurer, workload, template, target, opts, run_id)
         summary.baseline = measurer.baseline(workload, opts.threads)
     finally:
         progress.close()
@@ -280,14 +278,13 @@ def _remeasure_top(store: Store, measurer: Measurer, workload, template, target,
 
     ``Store.best`` scores a config by its slowest median, so a lucky sample loses once it is
     re-measured; repeating rounds keeps a once-measured config from inheriting the lead. The
-    re-measurements run in a fresh worker process (``Measurer.fresh_runner``). A config the
+    re-measurements run in the worker ``settle_best`` starts afresh. A config the
     search timed on one placement only (``placements_cut``) counts as not measured again
     yet, and a leader so timed after the rounds is measured again (at most ``max_rounds``
     times more): the best is one measured on every placement.
     """
     if opts.remeasure_top <= 0:
         return
-    measurer.fresh_runner()   # the leaders again, in a process that has not run the others
 
     def ranked_now():
         return rank_configs(store.trials(
@@ -311,6 +308,24 @@ def _remeasure_top(store: Store, measurer: Measurer, workload, template, target,
         if not leader or not placements_cut(leader[0][1]):
             return
         measure([Config.from_json(leader[0][1][0].config)])
+
+
+def settle_best(store: Store, measurer: Measurer, workload, template, target,
+                opts: TuneOptions, run_id: str, max_rounds: int = 3) -> None:
+    """The end of a run: re-measure the leaders (``_remeasure_top``), then check the best
+    against the template's default (``guard_against_default``). The check's own rows can
+    change the ranking (a best timed slower in it loses its lead, possibly to a config the
+    search measured once), so both repeat until the check measures nothing: the best a run
+    ends with has been measured at least twice, on every placement, and carries its check.
+    At most ``max_rounds`` times; every round measures only configs that lack that."""
+    if opts.remeasure_top <= 0:
+        return
+    measurer.fresh_runner()   # the leaders again, in a process that has not run the others
+    for _ in range(max_rounds):
+        _remeasure_top(store, measurer, workload, template, target, opts, run_id)
+        if opts.guard_rounds <= 0 or guard_against_default(
+                store, measurer, workload, template, target, opts, run_id) is None:
+            return
 
 
 def guard_against_default(store: Store, measurer: Measurer, workload, template, target,
