@@ -146,7 +146,7 @@ def test_prologue_in_a_block_packed_by_every_thread():
     (n,) = fused_groups(optimize(g, opt_level=2))
     w = workload_for_group(n)
     t = get_template("conv2d")
-    cfg = t.default_config(w, 2).replace(parallel="m", tile_m=16, tile_n=576, threads=2)
+    cfg = t.default_config(w, 2).replace(parallel="m", tile_m=16, tile_n=768, threads=2)
     assert t.space(w, 2).is_valid(cfg) and 64 * 576 >= SPLIT_PACK_MIN
     assert "pack_b_split(B, b_base, p0, j0, kc, nc, Bp, geo, q1, q2)" in t.codegen(w, cfg)
     fn = load_kernel(w, t, cfg)

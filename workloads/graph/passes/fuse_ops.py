@@ -95,8 +95,9 @@ class _Group:
         return g
 
 
-def partition(graph: Graph, max_group_size: int = 16) -> list[list[str]]:
-    """Groups of op-node names (each in topological order, its output last)."""
+def partition(graph: Graph, max_group_size: int = 16, prologue: bool = True) -> list[list[str]]:
+    """Groups of op-node names (each in topological order, its output last); ``prologue=False``
+    keeps conv prologues out (separate groups, as before they existed: for comparisons)."""
     if max_group_size < 1:
         raise GraphError(f"FuseOps: max_group_size must be >= 1, got {max_group_size}")
     group_of: dict[str, _Group] = {}
@@ -121,7 +122,7 @@ def partition(graph: Graph, max_group_size: int = 16) -> list[list[str]]:
             if p in _EPILOGUE:
                 target = next((g for g in producers if g.kind in _MAIN and len(g.members) < max_group_size
                                and graph.type_of(g.root).shape == node.type.shape), None)
-            if p == OpPattern.ANCHOR and node.inputs:
+            if prologue and p == OpPattern.ANCHOR and node.inputs:
                 g = can_absorb(node.inputs[0], node.name)
                 if (g is not None and g.kind in _EPILOGUE and len(g.members) < max_group_size
                         and prologue_ok(graph, g.members, node)):
@@ -165,8 +166,8 @@ def make_body(members: list[Node], name: str) -> tuple[Graph, tuple[str, ...]]:
     return b.build(members[-1].name), outside
 
 
-def fuse_ops(graph: Graph, max_group_size: int = 16) -> Graph:
-    groups = partition(graph, max_group_size)
+def fuse_ops(graph: Graph, max_group_size: int = 16, prologue: bool = True) -> Graph:
+    groups = partition(graph, max_group_size, prologue)
     if not groups:
         return graph
     root_of = {m: g[-1] for g in groups for m in g}
@@ -186,6 +187,7 @@ def fuse_ops(graph: Graph, max_group_size: int = 16) -> Graph:
 
 
 @graph_pass("FuseOps", opt_level=0, required=("InferType",))
-def FuseOps(graph: Graph, max_group_size: int = 16) -> Graph:
-    """Group ops into fused nodes: anchor + elementwise epilogue, injective chains."""
-    return fuse_ops(graph, max_group_size)
+def FuseOps(graph: Graph, max_group_size: int = 16, prologue: bool = True) -> Graph:
+    """Group ops into fused nodes: anchor + elementwise epilogue (+ a pointwise conv's
+    per-channel prologue), injective chains."""
+    return fuse_ops(graph, max_group_size, prologue)
