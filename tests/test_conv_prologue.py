@@ -134,6 +134,12 @@ def test_prologue_outside_a_pointwise_nchw_conv_is_refused():
     w = from_key("conv2d:" + json.dumps(p, sort_keys=True, separators=(",", ":")))
     with pytest.raises(InstantiationError, match="per-channel"):
         get_template("conv2d").codegen(w, get_template("conv2d").default_config(w, 1))
+    # no other kind takes a prologue (its template would ignore it)
+    from workloads.errors import UsageError
+    from workloads.fused import FixedGroup
+
+    with pytest.raises(UsageError, match="no prologue"):
+        FixedGroup.from_params(p)
 
 
 @pytest.mark.slow   # compiles a parallel module (about a minute under load)

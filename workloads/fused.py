@@ -49,6 +49,8 @@ class FusedWorkload(Workload):
         for key in ("anchor", "anchor_attrs", "anchor_inputs", "epilogue", "inputs", "output", "ops"):
             if key not in p:
                 raise UsageError(f"{self.kind} workload parameters lack {key!r}")
+        if p.get("prologue") and self.kind != "conv2d":
+            raise UsageError(f"a {self.kind} workload has no prologue (only conv2d takes one)")
         self.body  # noqa: B018 - rebuilding checks the params
 
     def __eq__(self, other: object) -> bool:

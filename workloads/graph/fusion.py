@@ -93,7 +93,7 @@ def describe(node: Node) -> GroupDescription:
     anchor_inputs: tuple[int, ...] = ()
     chain = ops
     running = None
-    pro = _prologue(ops, main, body, param_index) if main is not None else None
+    pro = _prologue(ops, main, body, param_index) if main is not None and main.op == "conv2d" else None
     anchored = main is not None and (ops[0] is main or pro is not None)
     prologue: tuple[EpilogueOp, ...] = ()
     if anchored:
