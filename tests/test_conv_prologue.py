@@ -45,6 +45,11 @@ def test_batch_norm_relu_before_a_pointwise_conv_is_its_prologue():
     assert d.summary() == "[multiply -> add -> relu] -> conv2d + [relu]"
     p = json.loads(d.key)
     assert d.inputs[p["anchor_inputs"][0]].shape == (1, 24, 7, 9)   # the raw image
+    # FuseOps(prologue=False) (build(prologue=False)): the chain is its own group again
+    from workloads.graph.passes import FuseOps, InferType
+
+    apart = [describe(n) for n in fused_groups(FuseOps(prologue=False)(InferType()(pre_activation())))]
+    assert [d.summary() for d in apart] == ["broadcast + [multiply -> add -> relu]", "conv2d + [relu]"]
     # a group without a prologue keeps its key unchanged (no "prologue" field)
     (plain,) = [x for x in groups(pre_activation(k=3)) if x.anchor == "conv2d"]
     assert "prologue" not in json.loads(plain.key)
