@@ -131,7 +131,10 @@ class Epilogue:
     """Scalar epilogue code for one group, against an output view (outer, rows, cols)."""
 
     def __init__(self, epilogue: list[dict], out_shape: tuple[int, ...], dtype: str,
-                 rows: tuple[int, ...], cols: tuple[int, ...]):
+                 rows: tuple[int, ...], cols: tuple[int, ...], prefix: str = "e"):
+        """``prefix``: of the flat operand names (``e<k>``; another one for a second op chain
+        in the same kernel, e.g. a conv's prologue ``q<k>``)."""
+        self.prefix = prefix
         self.ops = epilogue
         self.out_shape = tuple(out_shape)
         self.dtype = dtype
@@ -153,7 +156,7 @@ class Epilogue:
         return sorted(self.operands)
 
     def arg_names(self) -> list[str]:
-        return [f"e{k}" for k in self.params]
+        return [f"{self.prefix}{k}" for k in self.params]
 
     def args(self) -> str:
         """Comma-separated flat operand names, with a trailing comma when any."""
@@ -167,16 +170,16 @@ class Epilogue:
         for k, kind in sorted(self.operands.items()):
             if kind == "general":
                 shape = shape or "(" + ", ".join(map(str, self.out_shape)) + ",)"
-                lines.append(f"e{k} = np.ascontiguousarray(np.broadcast_to(p{k}, {shape})).reshape(-1)"
-                             "   # broadcast once")
+                lines.append(f"{self.prefix}{k} = np.ascontiguousarray(np.broadcast_to(p{k}, {shape}))"
+                             ".reshape(-1)   # broadcast once")
             else:
-                lines.append(f"e{k} = p{k}.reshape(-1)   # {kind} operand")
+                lines.append(f"{self.prefix}{k} = p{k}.reshape(-1)   # {kind} operand")
         return lines
 
     def _ref(self, k: int, row: str, col: str, flat: str) -> str:
         kind = self.operands[k]
         idx = {"scalar": "0", "row": row, "col": col, "full": flat, "general": flat}[kind]
-        return f"e{k}[{idx}]"
+        return f"{self.prefix}{k}[{idx}]"
 
     def apply(self, v: str, row: str, col: str, flat: str) -> list[str]:
         """Statements replacing variable ``v`` by the epilogue applied to it."""
@@ -199,10 +202,11 @@ class Epilogue:
         ``ev<k>`` (column and full operands are loaded per vector by ``apply_vec``)."""
         out = []
         for k, kind in sorted(self.operands.items()):
+            e = f"{self.prefix}{k}"
             if kind == "scalar":
-                out.append(f"ev{k} = vsplat(e{k}[0], {lanes})")
+                out.append(f"{self.prefix}v{k} = vsplat({e}[0], {lanes})")
             elif kind == "row":
-                out.append(f"ev{k} = vsplat(e{k}[{row}], {lanes})")
+                out.append(f"{self.prefix}v{k} = vsplat({e}[{row}], {lanes})")
         return out
 
     def apply_vec(self, v: str, col: str, flat: str, lanes: int) -> list[str]:
@@ -214,9 +218,9 @@ class Epilogue:
             for k, *_ in e["others"]:
                 kind = self.operands[k]
                 if kind in ("scalar", "row"):
-                    args.append(f"ev{k}")
+                    args.append(f"{self.prefix}v{k}")
                 else:
-                    args.append(f"vload(e{k}, {col if kind == 'col' else flat}, {lanes})")
+                    args.append(f"vload({self.prefix}{k}, {col if kind == 'col' else flat}, {lanes})")
             args.insert(e["operand"], v)
             lines.append(f"{v} = {vector_op(e['op'], e['attrs'], args, lanes)}   # {e['op']}")
         return lines

@@ -49,6 +49,8 @@ class FusedWorkload(Workload):
         for key in ("anchor", "anchor_attrs", "anchor_inputs", "epilogue", "inputs", "output", "ops"):
             if key not in p:
                 raise UsageError(f"{self.kind} workload parameters lack {key!r}")
+        if p.get("prologue") and self.kind != "conv2d":
+            raise UsageError(f"a {self.kind} workload has no prologue (only conv2d takes one)")
         self.body  # noqa: B018 - rebuilding checks the params
 
     def __eq__(self, other: object) -> bool:
@@ -97,6 +99,11 @@ class FusedWorkload(Workload):
         return self.p["epilogue"]
 
     @property
+    def prologue(self) -> list[dict]:
+        """Ops on the anchor's data input before the anchor (``[]`` for most groups)."""
+        return self.p.get("prologue", [])
+
+    @property
     def anchor(self) -> str | None:
         return self.p["anchor"]
 
@@ -114,7 +121,10 @@ class FusedWorkload(Workload):
         if not self.anchor:
             return " -> ".join(self.p["ops"])
         epi = " -> ".join(e["op"] for e in self.epilogue)
-        return self.anchor + (f" + [{epi}]" if epi else "")
+        head = self.anchor
+        if self.prologue:
+            head = "[" + " -> ".join(e["op"] for e in self.prologue) + "] -> " + head
+        return head + (f" + [{epi}]" if epi else "")
 
     # -- inputs, reference, check -----------------------------------------------------------
     def make_inputs(self, seed: int = 0) -> list[np.ndarray]:
@@ -133,7 +143,11 @@ class FusedWorkload(Workload):
 
     def epilogue_flops(self) -> int:
         n = math.prod(self.out_shape)
-        return n * sum(1 for e in self.epilogue if e["op"] not in _MOVEMENT)
+        flops = n * sum(1 for e in self.epilogue if e["op"] not in _MOVEMENT)
+        if self.prologue:
+            x = math.prod(self.p["inputs"][self.p["anchor_inputs"][0]][0])
+            flops += x * sum(1 for e in self.prologue if e["op"] not in _MOVEMENT)
+        return flops
 
     def _anchor_ref(self, inputs, absolute: bool) -> np.ndarray:
         from workloads.graph.ops import get_op
@@ -141,6 +155,8 @@ class FusedWorkload(Workload):
 
         op = get_op(self.anchor)
         args = [inputs[i].astype(np.float64) for i in self.p["anchor_inputs"]]
+        if self.prologue:
+            args[0] = self._run_ops(self.prologue, args[0], inputs)
         if absolute:
             args = [np.abs(a) for a in args]
         attrs = op.make_attrs(self.attrs)
@@ -148,9 +164,13 @@ class FusedWorkload(Workload):
             return np.asarray(op.compute(args, Attrs(attrs)), dtype=np.float64)
 
     def _run_epilogue(self, y: np.ndarray, inputs) -> np.ndarray:
+        return self._run_ops(self.epilogue, y, inputs)
+
+    @staticmethod
+    def _run_ops(ops: list[dict], y: np.ndarray, inputs) -> np.ndarray:
         from workloads.graph.ops import get_op
 
-        for e in self.epilogue:
+        for e in ops:
             args = [inputs[k].astype(np.float64) for k, *_ in e["others"]]
             args.insert(e["operand"], y)
             op = get_op(e["op"])

@@ -8,7 +8,8 @@ from workloads.errors import UsageError
 def is_chain(params: dict) -> bool:
     """True when the description alone rebuilds the body (every operand is a parameter or
     the running value)."""
-    return all(k >= 0 for e in params["epilogue"] for k, *_ in e["others"])
+    return all(k >= 0 for e in params["epilogue"] + params.get("prologue", [])
+               for k, *_ in e["others"])
 
 
 def canonical_body_text(body) -> str:
@@ -30,6 +31,18 @@ def canonical_body_text(body) -> str:
     return to_text(Graph("group", nodes, tuple(names[o] for o in body.outputs)))
 
 
+def _chain(b, ps, ops: list[dict], cur):
+    """Apply the described ops (epilogue form) to the running value ``cur``."""
+    for e in ops:
+        inputs = [ps[k] for k, *_ in e["others"]]
+        if e["operand"] >= 0:
+            if cur is None:
+                raise UsageError("group epilogue refers to a running value before any op")
+            inputs.insert(e["operand"], cur)
+        cur = b.op(e["op"], *inputs, **e["attrs"])
+    return cur
+
+
 def build_body(params: dict):
     """The group's body graph from params (its text when present, else the chain)."""
     from workloads.graph import GraphBuilder, parse
@@ -42,15 +55,14 @@ def build_body(params: dict):
         ps = [b.input(f"p{k}", tuple(shape), dtype) for k, (shape, dtype) in enumerate(params["inputs"])]
         cur = None
         if params["anchor"] is not None:
-            cur = b.op(params["anchor"], *[ps[i] for i in params["anchor_inputs"]],
-                       **params["anchor_attrs"])
-        for e in params["epilogue"]:
-            inputs = [ps[k] for k, *_ in e["others"]]
-            if e["operand"] >= 0:
-                if cur is None:
-                    raise UsageError("group epilogue refers to a running value before any op")
-                inputs.insert(e["operand"], cur)
-            cur = b.op(e["op"], *inputs, **e["attrs"])
+            args = [ps[i] for i in params["anchor_inputs"]]
+            if params.get("prologue"):
+                # the prologue's ops run on the anchor's data input, in order
+                args[0] = _chain(b, ps, params["prologue"], args[0])
+            cur = b.op(params["anchor"], *args, **params["anchor_attrs"])
+        elif params.get("prologue"):
+            raise UsageError("fused group has a prologue but no anchor")
+        cur = _chain(b, ps, params["epilogue"], cur)
         if cur is None:
             raise UsageError("fused group has no ops")
         g = b.build(cur)

@@ -305,7 +305,7 @@ def splits_pack_b(c: dict, b_src: str) -> bool:
 
 
 def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
-                narrow: int = 0) -> list[str]:
+                narrow: int = 0, pro: Epilogue | None = None) -> list[str]:
     """gemm_core(A, a_base, B, b_base, Cf, cbase, geo, e...): the block loops of one batch
     index; when PREFETCH, each tile's output lines (and full epilogue operands) are requested
     first; ``narrow``: the half-vector micro-kernel's width (run when nlen <= NARROW)."""
@@ -318,7 +318,8 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
     alloc_b = "Bp = np.empty(B_PANELS * TILE_K * NR, DTYPE)   # packed B block"
     alloc_t = "T = np.empty(MR * NR, DTYPE)   # one register tile"
     args = epi.args()
-    lines = [_jit(parallel=par != "none"), f"def gemm_core(A, a_base, B, b_base, Cf, cbase, geo, {args}):",
+    pro_args = pro.args() if pro is not None else ""   # the prologue's operands, for pack_b
+    lines = [_jit(parallel=par != "none"), f"def gemm_core(A, a_base, B, b_base, Cf, cbase, geo, {args}{pro_args}):",
              '    """C[M, N] (flat at cbase) = epilogue(A @ B) with blocked, packed loops."""']
     body: list[str] = dims.unpack() + derived_lines(par)
     if level_par < 0:
@@ -336,8 +337,9 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
         + ([alloc_a + " (private)"] if pack_a and level_a >= level_par else []) \
         + ([alloc_b + " (private)"] if pack_b and level_b >= level_par else [])
     # a B block all threads read (packed above the parallel loop) is packed by all of them
-    pack_b_call = ("pack_b_split(B, b_base, p0, j0, kc, nc, Bp, geo)" if splits_pack_b(c, b_src)
-                   else "pack_b(B, b_base, p0, j0, kc, nc, Bp, geo, 0, kc)")
+    extra = "".join(", " + n for n in pro.arg_names()) if pro is not None else ""
+    pack_b_call = (f"pack_b_split(B, b_base, p0, j0, kc, nc, Bp, geo{extra})" if splits_pack_b(c, b_src)
+                   else f"pack_b(B, b_base, p0, j0, kc, nc, Bp, geo, 0, kc{extra})")
     packs = ([(level_a, "pack_a(A, a_base, i0, p0, mc, kc, Ap, geo)")] if pack_a else []) \
         + ([(level_b, pack_b_call)] if pack_b else [])
     ind = emit_block_loops(body, order, par, at_parallel, packs)
@@ -388,20 +390,21 @@ def prefetch_source(epi: Epilogue, nr: int, itemsize: int, dims: Dims) -> list[s
 
 
 def module_parts(dims: Dims, dtype: str, c: dict, a_src: str, b_src: str,
-                 epi: Epilogue, sw: int = 1) -> list[list[str]]:
+                 epi: Epilogue, sw: int = 1, pro: Epilogue | None = None) -> list[list[str]]:
     """Constants and functions of a GEMM-core module (the caller adds header and kernel);
     ``dims``: the GEMM's shape and cache blocks (``gemm_dims``) and whatever the packing reads
     (the convolution's geometry); ``sw``: the conv's horizontal stride class (contiguous
-    im2col copies when 1, even lanes when 2). What depends on the shape but changes the code
+    im2col copies when 1, even lanes when 2); ``pro``: a prologue applied to B's rows while
+    they are packed (B ``pack`` only; its operands per row or scalar). What depends on the shape but changes the code
     (one K block or several, a half-width last panel, prefetching) is an argument too
     (``gemm_dims``): the functions for every case are generated."""
     parts = [constants(dtype, c, dims)]
     if a_src != "direct":
         parts.append(pack_a_source(a_src, dims))
     if b_src != "direct":
-        parts.append(pack_b_source(b_src, dims, sw, c["nr"], c["vec"]))
+        parts.append(pack_b_source(b_src, dims, sw, c["nr"], c["vec"], pro))
         if splits_pack_b(c, b_src):
-            parts.append(pack_b_split_source())
+            parts.append(pack_b_split_source(pro))
     parts.append(micro_source(c["mr"], c["nr"], c["vec"], a_src, b_src, dims=dims))
     narrow = narrow_kernel_width(c, b_src)
     if narrow:
@@ -416,7 +419,7 @@ def module_parts(dims: Dims, dtype: str, c: dict, a_src: str, b_src: str,
     # (``gemm_dims``) says which.
     itemsize = 8 if dtype in ("float64", "int64") else 4
     parts.append(prefetch_source(epi, c["nr"], itemsize, dims))
-    parts.append(core_source(c, a_src, b_src, epi, dims, narrow))
+    parts.append(core_source(c, a_src, b_src, epi, dims, narrow, pro))
     return parts
 
 

@@ -73,12 +73,35 @@ def pack_a_source(src: str, dims) -> list[str]:
     ]
 
 
-def pack_b_source(src: str, dims, sw: int = 1, nr: int = 16, vec: int = 16) -> list[str]:
-    """``sw``: the stride class of the im2col copies (1, 2, other); SW itself is a dimension."""
-    head = [_jit(), "def pack_b(B, b_base, p0, j0, kc, nc, Bp, geo, pa, pb):",
+def pack_b_source(src: str, dims, sw: int = 1, nr: int = 16, vec: int = 16, pro=None) -> list[str]:
+    """``sw``: the stride class of the im2col copies (1, 2, other); SW itself is a dimension.
+    ``pro``: an ``Epilogue`` of per-row (or scalar) operands applied to every element copied
+    (``pack`` only), e.g. a pre-activation batch norm + relu on a 1x1 conv's image."""
+    extra = "".join(", " + n for n in pro.arg_names()) if pro is not None else ""
+    head = [_jit(), f"def pack_b(B, b_base, p0, j0, kc, nc, Bp, geo, pa, pb{extra}):",
             '    """Bp[q*kc*NR + p*NR + c] = B[p0 + p, j0 + q*NR + c] for the block\'s rows pa <= p < pb',
             '    (all of them: 0, kc); columns past nc are zero."""']
     head += ["    " + ln for ln in dims.unpack()]
+    if pro is not None:
+        if src != "pack" or set(pro.operands.values()) - {"row", "scalar"} or not pro.vectorizable():
+            raise ValueError("a pack_b prologue needs B 'pack' and per-row vector operands")
+        # B row p0 + p is one input channel: its operands are hoisted into vectors per row.
+        # Columns past nc get the prologue of zero (finite; their outputs are never stored).
+        def copy(load: str, v: int) -> list[str]:
+            return ([f"                x = {load}"] + ["                " + ln for ln in pro.apply_vec("x", "0", "0", vec)]
+                    + [f"                vstore(Bp, dst + {v}, x)"])
+        return head + [
+            "    # Vector copies with the prologue applied (one pass over the image instead of two).",
+            "    for p in range(pa, pb):",
+            "        row = b_base + (p0 + p) * N + j0",
+        ] + ["        " + ln for ln in pro.vec_operands("p0 + p", vec)] + [
+            "        for q in range((nc + NR - 1) // NR):",
+            "            dst = q * kc * NR + p * NR",
+            "            j = q * NR",
+            "            if j + NR <= nc:",
+        ] + [ln for v in range(0, nr, vec) for ln in copy(f"vload(B, row + j + {v}, VEC)", v)] + [
+            "            else:",
+        ] + [ln for v in range(0, nr, vec) for ln in copy(f"vload_n(B, row + j + {v}, nc - j - {v}, VEC)", v)]
     if src == "pack":
         return head + [
             "    # Vector copies (the loop vectoriser cannot prove B and Bp apart); the last panel's",
@@ -181,20 +204,21 @@ SPLIT_PACK_MIN = 32768
 SPLIT_PACK_CHUNKS = 16
 
 
-def pack_b_split_source() -> list[str]:
+def pack_b_split_source(pro=None) -> list[str]:
     """pack_b_split(...): ``pack_b`` of a block every thread reads (packed above the parallel
     block loop, e.g. the image of an NCHW conv whose output rows are split), its rows shared
     out over the threads in one parallel region. Without it one thread packs while the others
     wait: DenseNet-121's 3x3 convs (M = 32, K = 1152) spend 36-50% of their one-thread time
     in the im2col packing, serial at two threads."""
+    extra = "".join(", " + n for n in pro.arg_names()) if pro is not None else ""
     return [
         "@numba.njit(cache=True, parallel=True)",
-        "def pack_b_split(B, b_base, p0, j0, kc, nc, Bp, geo):",
+        f"def pack_b_split(B, b_base, p0, j0, kc, nc, Bp, geo{extra}):",
         '    """pack_b of the whole block, its kc rows split across the threads."""',
         f"    if kc * nc < {SPLIT_PACK_MIN}:",
-        "        pack_b(B, b_base, p0, j0, kc, nc, Bp, geo, 0, kc)",
+        f"        pack_b(B, b_base, p0, j0, kc, nc, Bp, geo, 0, kc{extra})",
         "        return",
         f"    step = (kc + {SPLIT_PACK_CHUNKS - 1}) // {SPLIT_PACK_CHUNKS}   # rows per chunk; prange deals the chunks out",
         "    for t in prange((kc + step - 1) // step):",
-        "        pack_b(B, b_base, p0, j0, kc, nc, Bp, geo, t * step, min(kc, (t + 1) * step))",
+        f"        pack_b(B, b_base, p0, j0, kc, nc, Bp, geo, t * step, min(kc, (t + 1) * step){extra})",
     ]

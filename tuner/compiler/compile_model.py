@@ -69,13 +69,14 @@ def _label(node: Node) -> str:
         return node.body.name if node.body is not None else node.op
 
 
-def pipeline(graph: Graph, opt_level: int = 2, layout: str = "NHWC") -> Graph:
+def pipeline(graph: Graph, opt_level: int = 2, layout: str = "NHWC", prologue: bool = True) -> Graph:
     """The pass pipeline a build runs (task extraction runs the same one)."""
     from workloads.graph.passes import optimize
 
+    kw = {} if prologue else {"prologue": False}
     if opt_level == 3:
-        return optimize(graph, opt_level, layout=layout)
-    return optimize(graph, opt_level)
+        return optimize(graph, opt_level, layout=layout, **kw)
+    return optimize(graph, opt_level, **kw)
 
 
 def is_view(node: Node) -> bool:
@@ -258,14 +259,15 @@ def classify_groups(g: Graph, inplace_concat: bool = True):
 def build(graph: Graph, *, opt_level: int = 2, threads: int = 1, db: str | None = None,
           store=None, strict: bool = False, tuned: bool = True, jobs: int | None = None,
           layout: str = "NHWC", name: str | None = None, warmup: bool = True,
-          inplace_concat: bool = True, int8=False) -> Module:
+          inplace_concat: bool = True, int8=False, prologue: bool = True) -> Module:
     """An executable module for ``graph`` (see the module docstring).
 
     ``opt_level``: the pass pipeline (0: no graph optimisation, one op per kernel; 2:
     default). ``threads``: the thread budget records are looked up for and kernels run with.
     ``db``/``store``: the records. ``strict``: a missing record is ``NoRecordError``.
     ``tuned=False``: template defaults everywhere. ``jobs``: compile processes (default:
-    usable cores). ``inplace_concat=False`` copies every concatenation (for comparisons).
+    usable cores). ``inplace_concat=False`` copies every concatenation and ``prologue=False``
+    keeps conv prologues out of their convs' groups (both for comparisons).
     ``int8``: True or a ``tuner.quant.flow.Int8Options``: calibrate, quantize (uint8
     activations, int8 weights) and build the quantized graph; ``module.summary.quant`` holds
     the coverage and ``module.quantized`` the quantization run (its graph is the reference).
@@ -283,7 +285,7 @@ def build(graph: Graph, *, opt_level: int = 2, threads: int = 1, db: str | None 
 
         qrun = quantize_for_build(graph, int8, db)
         graph = qrun.quantized.graph
-    g = pipeline(graph, opt_level, layout)
+    g = pipeline(graph, opt_level, layout, prologue)
     store = store if store is not None else (open_store(db) if tuned else None)
     cache = settings.cache_dir()
     align_numba_cache(cache)

@@ -42,9 +42,12 @@ class GroupDescription:
     inputs: tuple[TensorType, ...]     # types of the group parameters, in order
     output: TensorType
     ops: tuple[str, ...]               # every member op, in order
+    # ops applied, in order, to the parameter anchor_inputs[0] before the anchor reads it
+    # (the running value starts as that parameter); keys without one are unchanged
+    prologue: tuple[EpilogueOp, ...] = ()
 
     def params(self) -> dict[str, Any]:
-        return {
+        out = {
             "kind": str(self.kind), "anchor": self.anchor, "anchor_attrs": dict(self.anchor_attrs),
             "anchor_inputs": list(self.anchor_inputs),
             "epilogue": [e.params() for e in self.epilogue],
@@ -52,6 +55,9 @@ class GroupDescription:
             "output": [list(self.output.shape), self.output.dtype],
             "ops": list(self.ops),
         }
+        if self.prologue:
+            out["prologue"] = [e.params() for e in self.prologue]
+        return out
 
     @property
     def key(self) -> str:
@@ -59,6 +65,8 @@ class GroupDescription:
 
     def summary(self) -> str:
         head = f"{self.anchor}" if self.anchor else f"{str(self.kind)}"
+        if self.prologue:
+            head = "[" + " -> ".join(e.op for e in self.prologue) + "] -> " + head
         epi = " -> ".join(e.op for e in self.epilogue)
         return head + (f" + [{epi}]" if epi else "")
 
@@ -85,19 +93,54 @@ def describe(node: Node) -> GroupDescription:
     anchor_inputs: tuple[int, ...] = ()
     chain = ops
     running = None
-    if main is not None and ops[0] is main:
+    pro = _prologue(ops, main, body, param_index) if main is not None and main.op == "conv2d" else None
+    anchored = main is not None and (ops[0] is main or pro is not None)
+    prologue: tuple[EpilogueOp, ...] = ()
+    if anchored:
+        at = ops.index(main)
         anchor_inputs = tuple(param_index.get(i, -1) for i in main.inputs)
-        chain, running = ops[1:], main.name
+        if pro is not None:
+            start, prologue = pro
+            anchor_inputs = (start,) + anchor_inputs[1:]
+        chain, running = ops[at + 1:], main.name
     epilogue = []
     for n in chain:
         operand = n.inputs.index(running) if running in n.inputs else -1
-        others = tuple((param_index.get(i, -1), body.type_of(i)) for k, i in enumerate(n.inputs)
-                       if k != operand)
-        epilogue.append(EpilogueOp(n.op, n.attrs, operand, others))
+        epilogue.append(_link(n, operand, body, param_index))
         running = n.name
     return GroupDescription(
         name=node.name, kind=kind,
-        anchor=main.op if main is not None and ops[0] is main else None,
-        anchor_attrs=main.attrs if main is not None and ops[0] is main else Attrs(),
+        anchor=main.op if anchored else None,
+        anchor_attrs=main.attrs if anchored else Attrs(),
         anchor_inputs=anchor_inputs, epilogue=tuple(epilogue),
-        inputs=tuple(p.type for p in body.inputs), output=node.type, ops=tuple(n.op for n in ops))
+        inputs=tuple(p.type for p in body.inputs), output=node.type, ops=tuple(n.op for n in ops),
+        prologue=prologue)
+
+
+def _link(n: Node, operand: int, body: Graph, param_index: dict[str, int]) -> EpilogueOp:
+    others = tuple((param_index.get(i, -1), body.type_of(i)) for k, i in enumerate(n.inputs)
+                   if k != operand)
+    return EpilogueOp(n.op, n.attrs, operand, others)
+
+
+def _prologue(ops: list[Node], main: Node, body: Graph,
+              param_index: dict[str, int]) -> tuple[int, tuple[EpilogueOp, ...]] | None:
+    """(parameter index, ops) when the members before ``main`` are a chain from one parameter
+    into main's first input (each op reading the previous one, its other operands
+    parameters); None otherwise."""
+    at = ops.index(main)
+    if at == 0 or not main.inputs or main.inputs[0] != ops[at - 1].name:
+        return None
+    first, shape = ops[0], body.type_of(main.inputs[0]).shape
+    start = next((param_index[i] for i in first.inputs
+                  if i in param_index and body.type_of(i).shape == shape), None)
+    if start is None:
+        return None
+    running = body.inputs[start].name
+    links = []
+    for n in ops[:at]:
+        if running not in n.inputs or any(i not in param_index for i in n.inputs if i != running):
+            return None
+        links.append(_link(n, n.inputs.index(running), body, param_index))
+        running = n.name
+    return start, tuple(links)

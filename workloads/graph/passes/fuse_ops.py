@@ -9,6 +9,11 @@ Rules (``OpPattern`` kinds, decided in topological order):
   that is itself injective (so ``reshape -> add -> relu`` or ``concat(relu, relu)`` fuse);
 - INJECTIVE ops never join an anchor group (so a ``layout_transform`` between conv2d and its
   relu blocks that fusion: run ConvertLayout before FuseOps);
+- a *prologue*: a pointwise conv2d (NCHW/OIHW, 1x1, stride 1, unpadded, one group, float32)
+  takes in the group producing its data input when that group is a chain of per-channel
+  ``multiply``/``add``/``subtract``/``relu``/``clip`` ops (a pre-activation batch norm +
+  relu, as in DenseNet): the conv template applies it while packing the image, so the
+  scaled tensor is never written (``prologue_ok``);
 - OPAQUE ops (softmax, lrn, side effects, existing fused nodes) stay alone;
 - a value joins its consumer's group only if that consumer is its only one and it is not a
   graph output, so no value is ever computed twice or needs a second output;
@@ -31,6 +36,49 @@ from workloads.graph.passes.infra import graph_pass
 
 _EPILOGUE = (OpPattern.ELEMWISE, OpPattern.BROADCAST)
 _MAIN = (OpPattern.ANCHOR, OpPattern.REDUCTION)
+# ops a conv2d prologue may hold: what the conv template's image packing applies per channel
+PROLOGUE_OPS = ("multiply", "add", "subtract", "relu", "clip")
+
+
+def _per_channel(shape: tuple[int, ...], rank: int) -> bool:
+    """A broadcast operand that varies at most along NCHW's channel axis (right-aligned)."""
+    if len(shape) > rank:
+        return False
+    full = (1,) * (rank - len(shape)) + tuple(shape)
+    return all(d == 1 for k, d in enumerate(full) if k != 1)
+
+
+def prologue_ok(graph: Graph, members: list[str], conv: Node) -> bool:
+    """Whether the group ``members`` (op names, in order) can run as ``conv``'s prologue: a
+    chain of ``PROLOGUE_OPS`` on one tensor of the conv's input type, other operands
+    per-channel values from outside the group, and a pointwise float32 NCHW conv2d."""
+    a = conv.attrs
+    x = graph.type_of(conv.inputs[0])
+    if (conv.op != "conv2d" or a.get("data_layout") != "NCHW" or a.get("kernel_layout") != "OIHW"
+            or a.get("groups", 1) != 1 or x.dtype != "float32" or len(x.shape) != 4):
+        return False
+    wt, out = graph.type_of(conv.inputs[1]), conv.type
+    if (tuple(wt.shape[2:]) != (1, 1) or any(s != 1 for s in a.get("strides", (1, 1)))
+            or tuple(out.shape[2:]) != tuple(x.shape[2:])):
+        return False
+    inside = set(members)
+    running = None
+    for k, name in enumerate(members):
+        n = graph.node(name)
+        if n.op not in PROLOGUE_OPS or n.type.shape != x.shape or n.type.dtype != x.dtype:
+            return False
+        if k == 0:
+            full = [i for i in n.inputs if graph.type_of(i).shape == x.shape]
+            if len(full) != 1:
+                return False
+            running = full[0]
+        if running not in n.inputs or n.inputs.count(running) != 1:
+            return False
+        for i in n.inputs:
+            if i != running and (i in inside or not _per_channel(graph.type_of(i).shape, 4)):
+                return False
+        running = name
+    return running == conv.inputs[0]
 
 
 @dataclass(eq=False)
@@ -47,8 +95,9 @@ class _Group:
         return g
 
 
-def partition(graph: Graph, max_group_size: int = 16) -> list[list[str]]:
-    """Groups of op-node names (each in topological order, its output last)."""
+def partition(graph: Graph, max_group_size: int = 16, prologue: bool = True) -> list[list[str]]:
+    """Groups of op-node names (each in topological order, its output last); ``prologue=False``
+    keeps conv prologues out (separate groups, as before they existed: for comparisons)."""
     if max_group_size < 1:
         raise GraphError(f"FuseOps: max_group_size must be >= 1, got {max_group_size}")
     group_of: dict[str, _Group] = {}
@@ -73,6 +122,11 @@ def partition(graph: Graph, max_group_size: int = 16) -> list[list[str]]:
             if p in _EPILOGUE:
                 target = next((g for g in producers if g.kind in _MAIN and len(g.members) < max_group_size
                                and graph.type_of(g.root).shape == node.type.shape), None)
+            if prologue and p == OpPattern.ANCHOR and node.inputs:
+                g = can_absorb(node.inputs[0], node.name)
+                if (g is not None and g.kind in _EPILOGUE and len(g.members) < max_group_size
+                        and prologue_ok(graph, g.members, node)):
+                    target = g   # the chain becomes the conv's prologue; the group an anchor's
             if target is None and p <= OpPattern.INJECTIVE:
                 size = 1
                 for g in producers:
@@ -112,8 +166,8 @@ def make_body(members: list[Node], name: str) -> tuple[Graph, tuple[str, ...]]:
     return b.build(members[-1].name), outside
 
 
-def fuse_ops(graph: Graph, max_group_size: int = 16) -> Graph:
-    groups = partition(graph, max_group_size)
+def fuse_ops(graph: Graph, max_group_size: int = 16, prologue: bool = True) -> Graph:
+    groups = partition(graph, max_group_size, prologue)
     if not groups:
         return graph
     root_of = {m: g[-1] for g in groups for m in g}
@@ -133,6 +187,7 @@ def fuse_ops(graph: Graph, max_group_size: int = 16) -> Graph:
 
 
 @graph_pass("FuseOps", opt_level=0, required=("InferType",))
-def FuseOps(graph: Graph, max_group_size: int = 16) -> Graph:
-    """Group ops into fused nodes: anchor + elementwise epilogue, injective chains."""
-    return fuse_ops(graph, max_group_size)
+def FuseOps(graph: Graph, max_group_size: int = 16, prologue: bool = True) -> Graph:
+    """Group ops into fused nodes: anchor + elementwise epilogue (+ a pointwise conv's
+    per-channel prologue), injective chains."""
+    return fuse_ops(graph, max_group_size, prologue)

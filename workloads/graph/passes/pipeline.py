@@ -23,8 +23,9 @@ DEFAULT_MAX_GROUP_SIZE = 16
 
 
 def pipeline_passes(opt_level: int, *, layout: str = "NHWC",
-                    max_group_size: int = DEFAULT_MAX_GROUP_SIZE) -> list[Pass]:
-    fuse = FuseOps(max_group_size=max_group_size)
+                    max_group_size: int = DEFAULT_MAX_GROUP_SIZE, prologue: bool = True) -> list[Pass]:
+    """``prologue=False``: FuseOps leaves conv prologues out (for comparisons)."""
+    fuse = FuseOps(max_group_size=max_group_size, **({} if prologue else {"prologue": False}))
     if opt_level == 0:
         return [InferType(), SimplifyInference(), FuseOps(max_group_size=1)]
     if opt_level == 1:
