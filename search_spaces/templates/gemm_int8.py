@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import os
 
-from search_spaces.templates.gemm import (LOOP_ORDERS, _pick, _split, _tile_values, _with_splits)
+from search_spaces.gemm_engine.space import LOOP_ORDERS, block_values, pick_knob, split, with_splits
 from search_spaces.space import Config, ConfigSpace, Constraint, Knob
 from search_spaces.template import Template
 from workloads.errors import InstantiationError
@@ -90,9 +90,9 @@ class GemmInt8Template(Template):
         lanes = vecs[0] // 32
         nrs = tuple(lanes * k for k in (1, 2, 3, 4)) + ((48, 64) if 512 in vecs else ())
         knobs = [
-            Knob("tile_m", _with_splits(_tile_values(w.M, 16), w.M, max_threads), True, "rows of C per cache block"),
-            Knob("tile_n", _with_splits(_tile_values(w.N, 16), w.N, max_threads), True, "columns of C per cache block"),
-            Knob("tile_k", _tile_values(w.K, 64), True, "K depth per cache block (packed panels in L1/L2)"),
+            Knob("tile_m", with_splits(block_values(w.M, 16), w.M, max_threads), True, "rows of C per cache block"),
+            Knob("tile_n", with_splits(block_values(w.N, 16), w.N, max_threads), True, "columns of C per cache block"),
+            Knob("tile_k", block_values(w.K, 64), True, "K depth per cache block (packed panels in L1/L2)"),
             Knob("mr", (1, 2, 3, 4, 6, 8), True, "rows of the register micro-tile"),
             Knob("nr", nrs, True, "columns of the register micro-tile (int32 lanes)"),
             Knob("loop_order", LOOP_ORDERS, False, "order of the block loops, outermost first"),
@@ -169,7 +169,7 @@ class GemmInt8Template(Template):
         vec = self.default_vec()
         lanes = vec // 32
         threads = 1 if w.flops() < SMALL_PARALLEL_FLOPS else max(1, max_threads)
-        tile_n = 1024 if threads == 1 or _split(w.N, threads) > 1024 else _split(w.N, threads)
+        tile_n = 1024 if threads == 1 or split(w.N, threads) > 1024 else split(w.N, threads)
         dot = self.default_dot(w)
         # Measured at 1024^3, 1 thread, znver3 (thread CPU time, alternating, shared machine):
         # maddubs 4 x 16 unrolled by 2 157 GOPS (6 x 16: 127, 4 x 24: 131, not unrolled: 145);
@@ -179,8 +179,8 @@ class GemmInt8Template(Template):
         mr, unroll = (6, 1) if dot == "madd16" else (4, 2)
         # a few rows of C (GEMV-like): no taller tile than there are rows (padding is work)
         mr = max(v for v in sp.knob("mr").values if v <= max(1, min(mr, w.M)))
-        cfg = {"tile_m": _pick(sp, "tile_m", 48), "tile_n": _pick(sp, "tile_n", tile_n, at_least=True),
-               "tile_k": _pick(sp, "tile_k", 1024), "mr": mr, "nr": 2 * lanes, "loop_order": "nkm",
+        cfg = {"tile_m": pick_knob(sp, "tile_m", 48), "tile_n": pick_knob(sp, "tile_n", tile_n, at_least=True),
+               "tile_k": pick_knob(sp, "tile_k", 1024), "mr": mr, "nr": 2 * lanes, "loop_order": "nkm",
                "dot": dot, "vec": vec, "unroll_k": unroll,
                "parallel": "n" if threads > 1 else "none", "threads": threads}
         return _repair(sp, cfg)
