@@ -166,23 +166,41 @@ def vector_tile_store_lines(acc: list[list[str]], nr: int, lanes: int, dtype_src
 
 
 # -- micro-kernels -------------------------------------------------------------------------
-def _k_loop(unroll: int, body) -> list[str]:
-    """A loop over p in [0, kc) with its body repeated ``unroll`` times, plus a remainder.
-
-    ``body(p_expr)`` returns the body lines (unindented) for K step ``p_expr``.
-    """
-    if unroll == 1:
-        return ["for p in range(kc):"] + ["    " + ln for ln in body("p")]
-    lines = [f"# K loop unrolled by {unroll}, then the remainder one step at a time",
-             f"for p in range(0, kc - {unroll - 1}, {unroll}):"]
-    for u in range(unroll):
-        lines += ["    " + ln for ln in body(f"p + {u}" if u else "p")]
-    lines += [f"for p in range(kc - kc % {unroll}, kc):"]
-    lines += ["    " + ln for ln in body("p")]
-    return lines
+K_NOTE = "# K loop unrolled by {steps}, then the remainder one step at a time"
 
 
-def _indent(lines: list[str], n: int = 4) -> list[str]:
+def k_loop(steps: int, body, var: str = "p", count: str = "kc", rem_var: str | None = None,
+           note: str | None = K_NOTE) -> list[str]:
+    """The K loop of every micro-kernel of the engine: ``var`` over [0, ``count``) with
+    ``body(expr, s)`` (unindented lines) for the ``steps`` steps of one iteration (``expr``
+    ``var`` or ``var + s``), then the remainder one step at a time (``body(rem_var, 0)``).
+    One step per iteration: a plain loop over ``rem_var``."""
+    rem_var = rem_var or var
+    if steps == 1:
+        return [f"for {rem_var} in range({count}):"] + indent(body(rem_var, 0))
+    lines = ([note.format(steps=steps)] if note else []) + [
+        f"for {var} in range(0, {count} - {steps - 1}, {steps}):"]
+    for s in range(steps):
+        lines += indent(body(f"{var} + {s}" if s else var, s))
+    return lines + [f"for {rem_var} in range({count} - {count} % {steps}, {count}):"] \
+        + indent(body(rem_var, 0))
+
+
+def register_tile_step(mr: int, nv: int, head: list[str], load_b, load_a, update) -> list[str]:
+    """One step of K of a register-tiled micro-kernel, whatever the element type: the step's
+    ``head`` lines (operand offsets), ``nv`` vector loads of a row of B (``b_v =
+    load_b(v)``), then per row r of the tile a broadcast of A (``a_r = load_a(r)``) and
+    its ``nv`` accumulator updates (``update(r, v)``: FMA, integer dot product, or an FMA
+    into C in place)."""
+    out = list(head)
+    out += [f"b_{v} = {load_b(v)}" for v in range(nv)]
+    for r in range(mr):
+        out.append(f"a_{r} = {load_a(r)}")
+        out += [update(r, v) for v in range(nv)]
+    return out
+
+
+def indent(lines: list[str], n: int = 4) -> list[str]:
     return [(" " * n + ln) if ln else ln for ln in lines]
 
 
@@ -195,22 +213,22 @@ def micro_loops_source(pack_a: bool, pack_b: bool, fastmath: bool, unroll: int,
     if not write_cache:
         doc = '    """C[ci:ci+MR, cj:cj+NR] += A-tile @ B-tile, accumulated straight into C (no write cache)."""'
 
-        def body(p):
+        def body(p, _s=0):
             return [f"for r in range(MR):",
                     f"    a = {a_elem(pack_a, 'r', p)}",
                     f"    for c in range(NR):",
                     f"        C[ci + r, cj + c] += a * {b_elem(pack_b, p, 'c')}"]
-        return head + [doc] + _indent(_k_loop(unroll, body))
+        return head + [doc] + indent(k_loop(unroll, body))
 
     doc = '    """MR x NR tile of C accumulated in a local array (write cache), then stored once."""'
 
-    def body(p):
+    def body(p, _s=0):
         return [f"for r in range(MR):",
                 f"    a = {a_elem(pack_a, 'r', p)}",
                 f"    for c in range(NR):",
                 f"        acc[r, c] += a * {b_elem(pack_b, p, 'c')}"]
-    lines = ["acc = np.zeros((MR, NR), DTYPE)"] + _k_loop(unroll, body) + store_acc_lines()
-    return head + [doc] + _indent(lines)
+    lines = ["acc = np.zeros((MR, NR), DTYPE)"] + k_loop(unroll, body) + store_acc_lines()
+    return head + [doc] + indent(lines)
 
 
 def micro_unrolled_source(mr: int, nr: int, pack_a: bool, pack_b: bool, fastmath: bool,
@@ -225,19 +243,19 @@ def micro_unrolled_source(mr: int, nr: int, pack_a: bool, pack_b: bool, fastmath
     for r in range(mr):
         lines.append(" = ".join(acc[r]) + " = ZERO")
 
-    def body(p):
+    def body(p, _s=0):
         out = [f"a_{r} = {a_elem(pack_a, str(r), p)}" for r in range(mr)]
         out += [f"b_{c} = {b_elem(pack_b, p, str(c))}" for c in range(nr)]
         for r in range(mr):
             out += [f"{acc[r][c]} += a_{r} * b_{c}" for c in range(nr)]
         return out
-    lines += _k_loop(unroll, body)
+    lines += k_loop(unroll, body)
     # Spill the accumulators to a small array once (cheap next to the K loop), then store.
     lines += ["acc = np.empty((MR, NR), DTYPE)"]
     for r in range(mr):
         lines += [f"acc[{r}, {c}] = {acc[r][c]}" for c in range(nr)]
     lines += store_acc_lines()
-    return head + _indent(lines)
+    return head + indent(lines)
 
 
 def prefetch_c_lines(mr: int, nr: int, itemsize: int) -> list[str]:
@@ -286,32 +304,32 @@ def micro_intrinsic_source(mr: int, nr: int, vec: int, unroll: int, pack_a: bool
         for r in range(mr):
             lines.append(" = ".join(acc[r]) + f" = vsplat(ZERO, {vec})")
 
-    def body(p):
-        out = []
+    def body(p, _s=0):
+        head = []
         if pack_a:
-            out.append("pa = a + p * MR" if p == "p" else f"pa = a + ({p}) * MR")
+            head.append("pa = a + p * MR" if p == "p" else f"pa = a + ({p}) * MR")
         if pack_b:
-            out.append("pb = b + p * NR" if p == "p" else f"pb = b + ({p}) * NR")
-        for v in range(nv):
-            src = (f"vload(BB, pb + {v * vec}, {vec})" if pack_b
-                   else f"vload2(BB, p0 + {p}, bj + {v * vec}, {vec})")
-            out.append(f"b_{v} = {src}")
-        for r in range(mr):
-            src = (f"vbroadcast(AA, pa + {r}, {vec})" if pack_a
-                   else f"vbroadcast2(AA, ai + {r}, p0 + {p}, {vec})")
-            out.append(f"a_{r} = {src}")
-            for v in range(nv):
-                if write_cache:
-                    out.append(f"{acc[r][v]} = vfma(a_{r}, b_{v}, {acc[r][v]})")
-                else:
-                    at = f"ci + {r}, cj + {v * vec}"
-                    out.append(f"vstore2(C, {at}, vfma(a_{r}, b_{v}, vload2(C, {at}, {vec})))")
-        return out
-    lines += _k_loop(unroll, body)
+            head.append("pb = b + p * NR" if p == "p" else f"pb = b + ({p}) * NR")
+
+        def load_b(v):
+            return (f"vload(BB, pb + {v * vec}, {vec})" if pack_b
+                    else f"vload2(BB, p0 + {p}, bj + {v * vec}, {vec})")
+
+        def load_a(r):
+            return (f"vbroadcast(AA, pa + {r}, {vec})" if pack_a
+                    else f"vbroadcast2(AA, ai + {r}, p0 + {p}, {vec})")
+
+        def update(r, v):
+            if write_cache:
+                return f"{acc[r][v]} = vfma(a_{r}, b_{v}, {acc[r][v]})"
+            at = f"ci + {r}, cj + {v * vec}"
+            return f"vstore2(C, {at}, vfma(a_{r}, b_{v}, vload2(C, {at}, {vec})))"
+        return register_tile_step(mr, nv, head, load_b, load_a, update)
+    lines += k_loop(unroll, body)
     if not write_cache:
-        return head + _indent(lines)
+        return head + indent(lines)
     lines += vector_tile_store_lines(acc, nr, vec, "DTYPE")
-    return head + _indent(lines)
+    return head + indent(lines)
 
 
 # -- dispatch ------------------------------------------------------------------------------
