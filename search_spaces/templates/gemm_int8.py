@@ -24,7 +24,8 @@ from __future__ import annotations
 import functools
 import os
 
-from search_spaces.gemm_engine.space import LOOP_ORDERS, block_values, pick_knob, split, with_splits
+from search_spaces.gemm_engine.space import (LOOP_ORDERS, block_values, pick_knob, repair, split,
+                                             threads_match_parallel, tiles_fit_micro, with_splits)
 from search_spaces.space import Config, ConfigSpace, Constraint, Knob
 from search_spaces.template import Template
 from workloads.errors import InstantiationError
@@ -134,21 +135,9 @@ class GemmInt8Template(Template):
                 return f"{acc} accumulators + operands = {live} vector registers > {regs}"
             return None
 
-        def tiles_fit_micro(c):
-            if c["tile_m"] < c["mr"] and c["tile_m"] < w.M:
-                return f"tile_m={c['tile_m']} is smaller than mr={c['mr']}"
-            if c["tile_n"] < c["nr"] and c["tile_n"] < w.N:
-                return f"tile_n={c['tile_n']} is smaller than nr={c['nr']}"
-            return None
-
-        def threads(c):
-            if (c["threads"] > 1) != (c["parallel"] != "none"):
-                return "threads > 1 exactly when parallel != 'none'"
-            return None
-
         return [Constraint("exact", exact), Constraint("isa", isa),
                 Constraint("vector_width", vector_width), Constraint("registers", registers),
-                Constraint("tiles_fit_micro", tiles_fit_micro), Constraint("threads", threads)]
+                tiles_fit_micro(w.M, w.N, multiple=False), threads_match_parallel()]
 
     # -- defaults --------------------------------------------------------------------------
     def default_dot(self, w: Gemm) -> str:
@@ -183,7 +172,7 @@ class GemmInt8Template(Template):
                "tile_k": pick_knob(sp, "tile_k", 1024), "mr": mr, "nr": 2 * lanes, "loop_order": "nkm",
                "dot": dot, "vec": vec, "unroll_k": unroll,
                "parallel": "n" if threads > 1 else "none", "threads": threads}
-        return _repair(sp, cfg)
+        return repair(sp, cfg)
 
     # -- code generation -------------------------------------------------------------------
     def codegen(self, workload: Gemm, config: Config) -> str:
@@ -201,17 +190,3 @@ class GemmInt8Template(Template):
 
         tiles = clipped_tiles(workload, config)
         return tuple(tiles[k] for k in self.runtime_knobs)
-
-
-def _repair(space: ConfigSpace, cfg: dict) -> Config:
-    """Make the hand-written default valid for small shapes (tiles at least the micro-tile)."""
-    cfg = dict(cfg)
-    for dim_knob, micro in (("tile_m", "mr"), ("tile_n", "nr")):
-        vals = space.knob(dim_knob).values
-        ok = [v for v in vals if v >= cfg[micro] or v == vals[-1]]
-        if cfg[dim_knob] not in ok:
-            cfg[dim_knob] = min(ok, key=lambda v: abs(v - cfg[dim_knob]))
-    reason = space.violation(cfg)
-    if reason is not None:
-        raise InstantiationError(f"cannot repair the int8 gemm default {cfg}: {reason}")
-    return Config(cfg)
