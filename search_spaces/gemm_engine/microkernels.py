@@ -1,4 +1,7 @@
-"""Source generators for the GEMM template's inner pieces: packing, micro-kernels, edges.
+"""The engine's micro-kernel generators: the K loop and register-tile step every micro-kernel
+is written with (``k_loop``, ``register_tile_step``: float FMA here and in ``core``, integer
+dot products in ``int8_microkernels``), the vector tile store, and the GEMM template's
+micro-kernel styles and edge kernel.
 
 Each generator returns Python source text (a list of lines) for one Numba function of the
 generated module. The module defines the constants they use (``M, N, K, MR, NR, DTYPE``,
@@ -8,8 +11,8 @@ Every micro-kernel has one signature::
 
     micro_kernel(AA, ai, BB, bj, p0, kc, C, ci, cj, mlen, nlen, first)
 
-``AA``/``BB`` are either the packed panels (``Ap[panel, p, r]``, ``Bp[panel, p, c]``, indexed
-by panel ``ai``/``bj``) or the original row-major operands (indexed by row ``ai`` / column
+``AA``/``BB`` are either the packed panels (flat, ``packing``'s layout: ``Ap[panel*kc*MR + p*MR
++ r]``, ``Bp[panel*kc*NR + p*NR + c]``, panel ``ai``/``bj``) or the original row-major operands (indexed by row ``ai`` / column
 ``bj`` and the K offset ``p0``). It computes the MR x NR block of C at (ci, cj) over ``kc``
 steps of K, storing (``first``) or adding its result; only ``mlen`` x ``nlen`` of it is
 written (partial tiles exist only where the operands are zero-padded panels).
@@ -37,67 +40,17 @@ def _jit(fastmath: bool = False, inline: bool = False) -> str:
     return JIT.format(extra=extra)
 
 
+def _par(expr: str) -> str:
+    return f"({expr})" if " " in expr else expr
+
+
 def a_elem(pack_a: bool, r: str, p: str) -> str:
     """Source of A[row r of the tile, step p of K] for the micro-kernel arguments."""
-    return f"AA[ai, {p}, {r}]" if pack_a else f"AA[ai + {r}, p0 + {p}]"
+    return f"AA[ai * kc * MR + {_par(p)} * MR + {r}]" if pack_a else f"AA[ai + {r}, p0 + {p}]"
 
 
 def b_elem(pack_b: bool, p: str, c: str) -> str:
-    return f"BB[bj, {p}, {c}]" if pack_b else f"BB[p0 + {p}, bj + {c}]"
-
-
-# -- packing ----
-def empty_aligned_source() -> list[str]:
-    return [
-        _jit(),
-        "def empty_aligned(n0, n1, n2):",
-        '    """np.empty((n0, n1, n2), DTYPE) starting on a 64-byte boundary (whole-line vector loads)."""',
-        "    size = n0 * n1 * n2",
-        "    per_line = 64 // ITEMSIZE",
-        "    buf = np.empty(size + per_line, DTYPE)",
-        "    off = (per_line - (buf.ctypes.data // ITEMSIZE) % per_line) % per_line",
-        "    return buf[off:off + size].reshape((n0, n1, n2))",
-    ]
-
-
-def pack_a_source() -> list[str]:
-    return [
-        _jit(),
-        "def pack_a(A, i0, p0, mc, kc, Ap):",
-        '    """Copy A[i0:i0+mc, p0:p0+kc] into MR-row panels: Ap[q, p, r] = A[i0 + q*MR + r, p0 + p].',
-        "",
-        "    Rows past mc are zero, so the micro-kernel can always compute a full MR-row tile.",
-        '    """',
-        "    for q in range((mc + MR - 1) // MR):",
-        "        for r in range(MR):",
-        "            i = q * MR + r",
-        "            if i < mc:",
-        "                for p in range(kc):",
-        "                    Ap[q, p, r] = A[i0 + i, p0 + p]",
-        "            else:",
-        "                for p in range(kc):",
-        "                    Ap[q, p, r] = ZERO",
-    ]
-
-
-def pack_b_source() -> list[str]:
-    return [
-        _jit(),
-        "def pack_b(B, p0, j0, kc, nc, Bp):",
-        '    """Copy B[p0:p0+kc, j0:j0+nc] into NR-column panels: Bp[q, p, c] = B[p0 + p, j0 + q*NR + c].',
-        "",
-        "    Columns past nc are zero; each panel is contiguous, read in order by the micro-kernel.",
-        '    """',
-        "    for p in range(kc):",
-        "        for q in range((nc + NR - 1) // NR):",
-        "            j = q * NR",
-        "            if j + NR <= nc:",
-        "                for c in range(NR):",
-        "                    Bp[q, p, c] = B[p0 + p, j0 + j + c]",
-        "            else:",
-        "                for c in range(NR):",
-        "                    Bp[q, p, c] = B[p0 + p, j0 + j + c] if j + c < nc else ZERO",
-    ]
+    return f"BB[bj * kc * NR + {_par(p)} * NR + {c}]" if pack_b else f"BB[p0 + {p}, bj + {c}]"
 
 
 # -- edges ---------------------------------------------------------------------------------
@@ -271,17 +224,15 @@ def prefetch_c_lines(mr: int, nr: int, itemsize: int) -> list[str]:
 
 
 def micro_intrinsic_source(mr: int, nr: int, vec: int, unroll: int, pack_a: bool,
-                           pack_b: bool, write_cache: bool, itemsize: int = 4,
-                           panel_depth: str | None = "TILE_K") -> list[str]:
+                           pack_b: bool, write_cache: bool, itemsize: int = 4) -> list[str]:
     """Explicit LLVM vectors: each row of the tile is NR/VEC vectors of VEC lanes.
 
     With ``write_cache`` the MR x NR/VEC accumulators stay in registers for the whole K loop
     and C is written once; without it every K step loads, updates and stores C. With the
     write cache the tile of C is prefetched for writing before the K loop
     (``prefetch_c_lines``): without it the time depended on C's offset from a cache line by
-    up to 14% (1024^3 fp32, 6x16 tile). ``panel_depth``: the K depth of a packed panel, a
-    module constant; None when the cache block is a runtime argument of the kernel: the
-    packed buffer's own extent (``AA.shape[1]``) is then read.
+    up to 14% (1024^3 fp32, 6x16 tile). A packed panel is ``kc`` steps deep (the engine's
+    packing layout, ``search_spaces.gemm_engine.packing``).
     """
     nv = nr // vec
     acc = [[f"c_{r}_{v}" for v in range(nv)] for r in range(mr)]
@@ -296,9 +247,9 @@ def micro_intrinsic_source(mr: int, nr: int, vec: int, unroll: int, pack_a: bool
     ]
     lines = []
     if pack_a:
-        lines.append(f"a = ai * ({panel_depth or 'AA.shape[1]'} * MR)   # this A panel in the packed block (flat index)")
+        lines.append("a = ai * (kc * MR)   # this A panel in the packed block (flat index)")
     if pack_b:
-        lines.append(f"b = bj * ({panel_depth or 'BB.shape[1]'} * NR)   # this B panel")
+        lines.append("b = bj * (kc * NR)   # this B panel")
     if write_cache:
         lines += prefetch_c_lines(mr, nr, itemsize)
         for r in range(mr):
@@ -334,10 +285,24 @@ def micro_intrinsic_source(mr: int, nr: int, vec: int, unroll: int, pack_a: bool
 
 # -- dispatch ------------------------------------------------------------------------------
 def extra_imports(c: dict) -> list[str]:
+    """The vector operations the module calls: the intrinsic micro-kernel's, and the vector
+    copies of the B packing."""
+    names = set()
     if c["microkernel"] == "intrinsic":
-        return ["from search_spaces.runtime.simd import (prefetch_w2, vadd, vbroadcast, vbroadcast2, vfma, vload,",
-                "                                vload2, vsplat, vstore, vstore2)"]
-    return []
+        names |= {"prefetch_w2", "vadd", "vbroadcast", "vbroadcast2", "vfma", "vload", "vload2",
+                  "vsplat", "vstore", "vstore2"}
+    if c["pack_b"]:
+        names |= {"vload", "vload_n", "vstore"}
+    if not names:
+        return []
+    lines, line = [], "from search_spaces.runtime.simd import ("
+    for k, name in enumerate(sorted(names)):
+        item = name + (", " if k < len(names) - 1 else ")")
+        if len(line) + len(item.rstrip()) > 100:
+            lines.append(line.rstrip())
+            line = " " * len("from search_spaces.runtime.simd import (")
+        line += item
+    return lines + [line]
 
 
 def micro_kernel_source(c: dict) -> list[str]:
@@ -349,6 +314,5 @@ def micro_kernel_source(c: dict) -> list[str]:
         return micro_unrolled_source(c["mr"], c["nr"], c["pack_a"], c["pack_b"], fm, c["unroll_k"])
     if kind == "intrinsic":
         return micro_intrinsic_source(c["mr"], c["nr"], c["vec"], c["unroll_k"], c["pack_a"],
-                                      c["pack_b"], c["write_cache"], c.get("itemsize", 4),
-                                      c.get("panel_depth", "TILE_K"))
+                                      c["pack_b"], c["write_cache"], c.get("itemsize", 4))
     raise InstantiationError(f"micro-kernel formulation {kind!r} is not implemented")

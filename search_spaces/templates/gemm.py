@@ -54,7 +54,7 @@ def _k_tiles(w: Gemm) -> tuple[int, ...]:
 
 class GemmTemplate(Template):
     name = "gemm"
-    version = 9   # 9: the intrinsic micro-kernel prefetches its C tile (placement-proof)
+    version = 10   # 10: packing by the engine's packers (flat kc-deep panels, vector B copies)
     workload_kind = "gemm"
     dtypes = ("float32", "float64", "int32")   # int8: search_spaces/templates/gemm_int8.py
     entry = "kernel"
