@@ -137,7 +137,7 @@ def generate(w: Gemm, c: dict, version: int, runtime: tuple[str, ...] = ()) -> s
         head.append(f"ITEMSIZE = {4 if w.dtype != 'float64' else 8}   # bytes per element")
         parts.append(packing.empty_aligned_source())
     if pack_a:
-        parts.append(packing.pack_a_source("pack", no_dims))
+        parts.append(packing.pack_a_source("pack", no_dims, running_index=True))
     if pack_b:
         copy = math.gcd(nr, isa.current().lanes(w.dtype))   # whole vectors where nr allows
         head.append(f"VEC = {copy}   # lanes of the B packing's vector copies")
