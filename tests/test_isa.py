@@ -157,9 +157,9 @@ def test_avx512_register_rule_is_the_former_28_accumulators():
             reason = sp.violation(c) or ""
             unrolled_limit = mk == "unrolled" and mr * nr > 256   # source size, ISA-free
             assert reason.startswith("registers") == (acc > 28 or unrolled_limit), (c, reason)
-        from search_spaces.templates.conv2d import gemm_constraints
+        from search_spaces.gemm_engine.space import core_constraints
 
-        (micro, *_) = gemm_constraints(512, 512)
+        (micro, *_) = core_constraints(512, 512)
         for mr, nr, vec in itertools.product((4, 6, 8), (16, 32, 48), (8, 16)):
             if nr % vec == 0:
                 assert (micro.check({"mr": mr, "nr": nr, "vec": vec}) is not None) == (mr * nr // vec > 28)

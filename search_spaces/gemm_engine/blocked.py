@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import json
+import math
 
+from search_spaces import isa
 from search_spaces.gemm_engine import microkernels as mk
+from search_spaces.gemm_engine import packing
 from workloads.gemm import Gemm
 
 _DTYPE_SRC = {"float32": "np.float32", "float64": "np.float64", "int32": "np.int32"}
@@ -108,14 +111,13 @@ def module_head(w: Gemm, config: dict, version: int, structure: list[str],
 
 def generate(w: Gemm, c: dict, version: int, runtime: tuple[str, ...] = ()) -> str:
     """The module for a validated config; the tile knobs in ``runtime`` are kernel arguments."""
+    from search_spaces.gemm_engine.core import Dims
     head = module_head(w, c, version, [
         f"Structure: block loops (order {'/'.join(c['loop_order'])}, outermost first) -> "
         "packing -> macro-kernel over",
         f"MR x NR register tiles -> '{c['microkernel']}' micro-kernel."], mk.extra_imports(c), runtime)
-    # not knobs: plain loops always want fast-math; the micro-kernel's C prefetch its lines;
-    # a packed panel's K depth is the buffer's own when TILE_K is not a module constant
-    c = {**c, "fastmath": w.dtype != "int32", "itemsize": 8 if w.dtype == "float64" else 4,
-         "panel_depth": ("TILE_K" if "tile_k" not in runtime else None)}
+    # not knobs: plain loops always want fast-math; the micro-kernel's C prefetch its lines
+    c = {**c, "fastmath": w.dtype != "int32", "itemsize": 8 if w.dtype == "float64" else 4}
     mr, nr = c["mr"], c["nr"]
     par = c["parallel"]
     pack_a, pack_b = c["pack_a"], c["pack_b"]
@@ -130,13 +132,16 @@ def generate(w: Gemm, c: dict, version: int, runtime: tuple[str, ...] = ()) -> s
     module, prologue = tile_section(w, c, runtime, derived)
     head += module
     parts = [head]
+    no_dims = Dims({})   # M, N, K are module constants: the packing takes no ``geo``
     if pack_a or pack_b:
         head.append(f"ITEMSIZE = {4 if w.dtype != 'float64' else 8}   # bytes per element")
-        parts.append(mk.empty_aligned_source())
+        parts.append(packing.empty_aligned_source())
     if pack_a:
-        parts.append(mk.pack_a_source())
+        parts.append(packing.pack_a_source("pack", no_dims, running_index=True))
     if pack_b:
-        parts.append(mk.pack_b_source())
+        copy = math.gcd(nr, isa.current().lanes(w.dtype))   # whole vectors where nr allows
+        head.append(f"VEC = {copy}   # lanes of the B packing's vector copies")
+        parts.append(packing.pack_b_source("pack", no_dims, 1, nr, copy))
     parts.append(mk.micro_kernel_source(c))
     if not (pack_a and pack_b and c["write_cache"]):
         parts.append(mk.edge_kernel_source(pack_a, pack_b, fm))
@@ -145,10 +150,11 @@ def generate(w: Gemm, c: dict, version: int, runtime: tuple[str, ...] = ()) -> s
 
 
 def emit_packed_block_loops(body: list[str], order: str, par: str, alloc_a: str | None,
-                            alloc_b: str | None) -> str:
+                            alloc_b: str | None, pack_a: str = "pack_a(A, i0, p0, mc, kc, Ap)",
+                            pack_b: str = "pack_b(B, p0, j0, kc, nc, Bp)") -> str:
     """``emit_block_loops`` with packing: each operand with an allocation line (None: read in
     place) is packed where its block is first fully determined (hoisted out of the third
-    loop) by ``pack_a(A, i0, p0, mc, kc, Ap)`` / ``pack_b(B, p0, j0, kc, nc, Bp)``. A buffer
+    loop) by the calls ``pack_a`` / ``pack_b``. A buffer
     packed outside the parallel loop is shared; inside it, private per iteration. Shared by
     the float and int8 GEMM kernels; returns the innermost indentation."""
     level_a = max(order.index("m"), order.index("k"))
@@ -161,8 +167,7 @@ def emit_packed_block_loops(body: list[str], order: str, par: str, alloc_a: str 
     private = "block (private to this iteration)"
     at_parallel = ([alloc_a.replace("block", private)] if alloc_a and level_a >= level_par else []) \
         + ([alloc_b.replace("block", private)] if alloc_b and level_b >= level_par else [])
-    packs = ([(level_a, "pack_a(A, i0, p0, mc, kc, Ap)")] if alloc_a else []) \
-        + ([(level_b, "pack_b(B, p0, j0, kc, nc, Bp)")] if alloc_b else [])
+    packs = ([(level_a, pack_a)] if alloc_a else []) + ([(level_b, pack_b)] if alloc_b else [])
     return emit_block_loops(body, order, par, at_parallel, packs)
 
 
@@ -175,9 +180,15 @@ def _kernel_source(c: dict, runtime: tuple[str, ...], prologue: list[str]) -> li
     body: list[str] = list(prologue)
     if not c["write_cache"]:
         body.append("C[:, :] = ZERO   # the micro-kernel accumulates straight into C")
-    alloc_a = "Ap = empty_aligned(A_PANELS, TILE_K, MR)   # packed A block" if pack_a else None
-    alloc_b = "Bp = empty_aligned(B_PANELS, TILE_K, NR)   # packed B block" if pack_b else None
-    ind = emit_packed_block_loops(body, order, par, alloc_a, alloc_b)
+    alloc_a = "Ap = empty_aligned(A_PANELS * TILE_K * MR)   # packed A block" if pack_a else None
+    alloc_b = "Bp = empty_aligned(B_PANELS * TILE_K * NR)   # packed B block" if pack_b else None
+    if pack_a:
+        body.append("Af = A.reshape(M * K)   # flat view: the packing reads rows by offset")
+    if pack_b:
+        body.append("Bf = B.reshape(K * N)   # flat view")
+    ind = emit_packed_block_loops(body, order, par, alloc_a, alloc_b,
+                                  "pack_a(Af, 0, i0, p0, mc, kc, Ap)",
+                                  "pack_b(Bf, 0, p0, j0, kc, nc, Bp, 0, kc)")
     first = "p0 == 0" if c["write_cache"] else "False"
     a_args = ("Ap", "ir // MR") if pack_a else ("A", "i0 + ir")
     b_args = ("Bp", "jr // NR") if pack_b else ("B", "j0 + jr")

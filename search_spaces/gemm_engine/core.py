@@ -34,6 +34,7 @@ from search_spaces import isa
 from search_spaces.epilogue import DTYPE_SRC, VECTOR_IMPORTS, Epilogue
 from search_spaces.gemm_engine.packing import pack_a_source, pack_b_source, pack_b_split_source
 from search_spaces.gemm_engine.blocked import emit_block_loops
+from search_spaces.gemm_engine.microkernels import indent, k_loop, register_tile_step
 
 A_SOURCES = ("direct", "pack", "im2col_nhwc")
 B_SOURCES = ("direct", "pack", "pack_t", "im2col_nchw")
@@ -162,26 +163,18 @@ def micro_source(mr: int, nr: int, vec: int, a_src: str, b_src: str,
         for r in range(mr):
             lines.append("    " + " = ".join(acc[s][r]) + f" = vsplat(ZERO, {vec})")
 
-    def step(ind: str, s: int, p: str) -> list[str]:
-        out = [f"{ind}pa = a + {p} * {a_ps}", f"{ind}pb = b + {p} * {b_ps}"]
-        out += [f"{ind}b_{v} = vload(BB, pb + {v * vec}, {vec})" for v in range(nv)]
-        for r in range(mr):
-            off = f" + {r} * {a_rs}" if r else ""
-            out.append(f"{ind}a_{r} = vbroadcast(AA, pa{off}, {vec})")
-            out += [f"{ind}{acc[s][r][v]} = vfma(a_{r}, b_{v}, {acc[s][r][v]})" for v in range(nv)]
-        return out
+    def step(p: str, s: int) -> list[str]:
+        p = f"({p})" if " " in p else p
+        return register_tile_step(
+            mr, nv, [f"pa = a + {p} * {a_ps}", f"pb = b + {p} * {b_ps}"],
+            lambda v: f"vload(BB, pb + {v * vec}, {vec})",
+            lambda r: f"vbroadcast(AA, pa{f' + {r} * {a_rs}' if r else ''}, {vec})",
+            lambda r, v: f"{acc[s][r][v]} = vfma(a_{r}, b_{v}, {acc[s][r][v]})")
 
-    if chains == 1:
-        lines += ["    for p in range(kc):"] + step("        ", 0, "p")
-    else:
-        lines.append(f"    for p0 in range(0, kc - {chains - 1}, {chains}):")
-        for s in range(chains):
-            lines += step("        ", s, f"(p0 + {s})" if s else "p0")
-        lines.append(f"    for p in range(kc - kc % {chains}, kc):")
-        lines += step("        ", 0, "p")
-        for s in range(1, chains):
-            for r in range(mr):
-                lines += [f"    {acc[0][r][v]} = vadd({acc[0][r][v]}, {acc[s][r][v]})" for v in range(nv)]
+    lines += indent(k_loop(chains, step, var="p0", rem_var="p", note=None))
+    for s in range(1, chains):
+        for r in range(mr):
+            lines += [f"    {acc[0][r][v]} = vadd({acc[0][r][v]}, {acc[s][r][v]})" for v in range(nv)]
     for r in range(mr):
         lines += [f"    vstore(T, {r * t_stride + v * vec}, {acc[0][r][v]})" for v in range(nv)]
     return lines

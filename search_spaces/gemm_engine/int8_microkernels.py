@@ -26,18 +26,15 @@ import json
 
 from search_spaces.gemm_engine.blocked import (_AXIS, emit_block_loops, emit_packed_block_loops, kernel_params,
                                                tile_section)
-from search_spaces.gemm_engine.microkernels import vector_tile_store_lines
+from search_spaces.gemm_engine.microkernels import indent, k_loop, register_tile_step, vector_tile_store_lines
 from search_spaces.runtime.simd_int8 import OPERANDS
 
+GROUP_NOTE = "# K-group loop unrolled by {steps}, then the remainder one group at a time"
 _NP = {"uint8": "np.uint8", "int8": "np.int8", "int16": "np.int16"}
 
 
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def _indent(lines: list[str], n: int = 4) -> list[str]:
-    return [(" " * n + ln) if ln else ln for ln in lines]
 
 
 def empty_aligned_source(name: str, dtype: str) -> list[str]:
@@ -153,17 +150,6 @@ def pack_b_all_source() -> list[str]:
     ]
 
 
-def _group_loop(unroll: int, body) -> list[str]:
-    """for g in [0, kg): ``body(g_expr)`` repeated ``unroll`` times, then the remainder."""
-    if unroll == 1:
-        return ["for g in range(kg):"] + _indent(body("g"))
-    lines = [f"# K-group loop unrolled by {unroll}, then the remainder one group at a time",
-             f"for g in range(0, kg - {unroll - 1}, {unroll}):"]
-    for u in range(unroll):
-        lines += _indent(body(f"g + {u}" if u else "g"))
-    return lines + [f"for g in range(kg - kg % {unroll}, kg):"] + _indent(body("g"))
-
-
 def micro_kernel_source(mr: int, nr: int, lanes: int, group: int, dot: str, unroll: int,
                         panel_depth: str | None = "KG") -> list[str]:
     """MR x NR int32 tile as MR x NR/LANES vector accumulators; per K group: NR/LANES loads of
@@ -186,16 +172,15 @@ def micro_kernel_source(mr: int, nr: int, lanes: int, group: int, dot: str, unro
     # vector lengths are literals (the intrinsics need compile-time lane counts)
     lines += [" = ".join(acc[r]) + f" = vsplat(ZERO, {lanes})" for r in range(mr)]
 
-    def body(g):
-        out = [f"pa = a + ({g}) * (MR * G)", f"pb = b + ({g}) * (NR * G)"]
-        out += [f"b_{v} = vload(BB, pb + {v * lanes * group}, {lanes * group})" for v in range(nv)]
-        for r in range(mr):
-            out.append(f"a_{r} = vbroadcast_group(AA, pa + {r * group}, {lanes})")
-            out += [f"{acc[r][v]} = vdot_{dot}({acc[r][v]}, a_{r}, b_{v})" for v in range(nv)]
-        return out
-    lines += _group_loop(unroll, body)
+    def body(g, _s=0):
+        return register_tile_step(
+            mr, nv, [f"pa = a + ({g}) * (MR * G)", f"pb = b + ({g}) * (NR * G)"],
+            lambda v: f"vload(BB, pb + {v * lanes * group}, {lanes * group})",
+            lambda r: f"vbroadcast_group(AA, pa + {r * group}, {lanes})",
+            lambda r, v: f"{acc[r][v]} = vdot_{dot}({acc[r][v]}, a_{r}, b_{v})")
+    lines += k_loop(unroll, body, var="g", count="kg", note=GROUP_NOTE)
     lines += vector_tile_store_lines(acc, nr, lanes, "np.int32")
-    return head + _indent(lines)
+    return head + indent(lines)
 
 
 def kernel_source(c: dict, name: str = "kernel", runtime: tuple[str, ...] = (),
@@ -237,7 +222,7 @@ def kernel_source(c: dict, name: str = "kernel", runtime: tuple[str, ...] = (),
         f"{ind}        mlen = min(MR, mc - ir)",
         f"{ind}        micro_kernel(Ap, ir // MR, Bp, jr // NR, p0, kc, C, i0 + ir, j0 + jr, mlen, nlen, first)",
     ]
-    return lines + _indent(body)
+    return lines + indent(body)
 
 
 def tile_constants(w, c: dict, runtime: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:

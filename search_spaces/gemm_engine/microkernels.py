@@ -1,4 +1,7 @@
-"""Source generators for the GEMM template's inner pieces: packing, micro-kernels, edges.
+"""The engine's micro-kernel generators: the K loop and register-tile step every micro-kernel
+is written with (``k_loop``, ``register_tile_step``: float FMA here and in ``core``, integer
+dot products in ``int8_microkernels``), the vector tile store, and the GEMM template's
+micro-kernel styles and edge kernel.
 
 Each generator returns Python source text (a list of lines) for one Numba function of the
 generated module. The module defines the constants they use (``M, N, K, MR, NR, DTYPE``,
@@ -8,8 +11,8 @@ Every micro-kernel has one signature::
 
     micro_kernel(AA, ai, BB, bj, p0, kc, C, ci, cj, mlen, nlen, first)
 
-``AA``/``BB`` are either the packed panels (``Ap[panel, p, r]``, ``Bp[panel, p, c]``, indexed
-by panel ``ai``/``bj``) or the original row-major operands (indexed by row ``ai`` / column
+``AA``/``BB`` are either the packed panels (flat, ``packing``'s layout: ``Ap[panel*kc*MR + p*MR
++ r]``, ``Bp[panel*kc*NR + p*NR + c]``, panel ``ai``/``bj``) or the original row-major operands (indexed by row ``ai`` / column
 ``bj`` and the K offset ``p0``). It computes the MR x NR block of C at (ci, cj) over ``kc``
 steps of K, storing (``first``) or adding its result; only ``mlen`` x ``nlen`` of it is
 written (partial tiles exist only where the operands are zero-padded panels).
@@ -37,67 +40,17 @@ def _jit(fastmath: bool = False, inline: bool = False) -> str:
     return JIT.format(extra=extra)
 
 
+def _par(expr: str) -> str:
+    return f"({expr})" if " " in expr else expr
+
+
 def a_elem(pack_a: bool, r: str, p: str) -> str:
     """Source of A[row r of the tile, step p of K] for the micro-kernel arguments."""
-    return f"AA[ai, {p}, {r}]" if pack_a else f"AA[ai + {r}, p0 + {p}]"
+    return f"AA[ai * kc * MR + {_par(p)} * MR + {r}]" if pack_a else f"AA[ai + {r}, p0 + {p}]"
 
 
 def b_elem(pack_b: bool, p: str, c: str) -> str:
-    return f"BB[bj, {p}, {c}]" if pack_b else f"BB[p0 + {p}, bj + {c}]"
-
-
-# -- packing ----
-def empty_aligned_source() -> list[str]:
-    return [
-        _jit(),
-        "def empty_aligned(n0, n1, n2):",
-        '    """np.empty((n0, n1, n2), DTYPE) starting on a 64-byte boundary (whole-line vector loads)."""',
-        "    size = n0 * n1 * n2",
-        "    per_line = 64 // ITEMSIZE",
-        "    buf = np.empty(size + per_line, DTYPE)",
-        "    off = (per_line - (buf.ctypes.data // ITEMSIZE) % per_line) % per_line",
-        "    return buf[off:off + size].reshape((n0, n1, n2))",
-    ]
-
-
-def pack_a_source() -> list[str]:
-    return [
-        _jit(),
-        "def pack_a(A, i0, p0, mc, kc, Ap):",
-        '    """Copy A[i0:i0+mc, p0:p0+kc] into MR-row panels: Ap[q, p, r] = A[i0 + q*MR + r, p0 + p].',
-        "",
-        "    Rows past mc are zero, so the micro-kernel can always compute a full MR-row tile.",
-        '    """',
-        "    for q in range((mc + MR - 1) // MR):",
-        "        for r in range(MR):",
-        "            i = q * MR + r",
-        "            if i < mc:",
-        "                for p in range(kc):",
-        "                    Ap[q, p, r] = A[i0 + i, p0 + p]",
-        "            else:",
-        "                for p in range(kc):",
-        "                    Ap[q, p, r] = ZERO",
-    ]
-
-
-def pack_b_source() -> list[str]:
-    return [
-        _jit(),
-        "def pack_b(B, p0, j0, kc, nc, Bp):",
-        '    """Copy B[p0:p0+kc, j0:j0+nc] into NR-column panels: Bp[q, p, c] = B[p0 + p, j0 + q*NR + c].',
-        "",
-        "    Columns past nc are zero; each panel is contiguous, read in order by the micro-kernel.",
-        '    """',
-        "    for p in range(kc):",
-        "        for q in range((nc + NR - 1) // NR):",
-        "            j = q * NR",
-        "            if j + NR <= nc:",
-        "                for c in range(NR):",
-        "                    Bp[q, p, c] = B[p0 + p, j0 + j + c]",
-        "            else:",
-        "                for c in range(NR):",
-        "                    Bp[q, p, c] = B[p0 + p, j0 + j + c] if j + c < nc else ZERO",
-    ]
+    return f"BB[bj * kc * NR + {_par(p)} * NR + {c}]" if pack_b else f"BB[p0 + {p}, bj + {c}]"
 
 
 # -- edges ---------------------------------------------------------------------------------
@@ -166,23 +119,41 @@ def vector_tile_store_lines(acc: list[list[str]], nr: int, lanes: int, dtype_src
 
 
 # -- micro-kernels -------------------------------------------------------------------------
-def _k_loop(unroll: int, body) -> list[str]:
-    """A loop over p in [0, kc) with its body repeated ``unroll`` times, plus a remainder.
-
-    ``body(p_expr)`` returns the body lines (unindented) for K step ``p_expr``.
-    """
-    if unroll == 1:
-        return ["for p in range(kc):"] + ["    " + ln for ln in body("p")]
-    lines = [f"# K loop unrolled by {unroll}, then the remainder one step at a time",
-             f"for p in range(0, kc - {unroll - 1}, {unroll}):"]
-    for u in range(unroll):
-        lines += ["    " + ln for ln in body(f"p + {u}" if u else "p")]
-    lines += [f"for p in range(kc - kc % {unroll}, kc):"]
-    lines += ["    " + ln for ln in body("p")]
-    return lines
+K_NOTE = "# K loop unrolled by {steps}, then the remainder one step at a time"
 
 
-def _indent(lines: list[str], n: int = 4) -> list[str]:
+def k_loop(steps: int, body, var: str = "p", count: str = "kc", rem_var: str | None = None,
+           note: str | None = K_NOTE) -> list[str]:
+    """The K loop of every micro-kernel of the engine: ``var`` over [0, ``count``) with
+    ``body(expr, s)`` (unindented lines) for the ``steps`` steps of one iteration (``expr``
+    ``var`` or ``var + s``), then the remainder one step at a time (``body(rem_var, 0)``).
+    One step per iteration: a plain loop over ``rem_var``."""
+    rem_var = rem_var or var
+    if steps == 1:
+        return [f"for {rem_var} in range({count}):"] + indent(body(rem_var, 0))
+    lines = ([note.format(steps=steps)] if note else []) + [
+        f"for {var} in range(0, {count} - {steps - 1}, {steps}):"]
+    for s in range(steps):
+        lines += indent(body(f"{var} + {s}" if s else var, s))
+    return lines + [f"for {rem_var} in range({count} - {count} % {steps}, {count}):"] \
+        + indent(body(rem_var, 0))
+
+
+def register_tile_step(mr: int, nv: int, head: list[str], load_b, load_a, update) -> list[str]:
+    """One step of K of a register-tiled micro-kernel, whatever the element type: the step's
+    ``head`` lines (operand offsets), ``nv`` vector loads of a row of B (``b_v =
+    load_b(v)``), then per row r of the tile a broadcast of A (``a_r = load_a(r)``) and
+    its ``nv`` accumulator updates (``update(r, v)``: FMA, integer dot product, or an FMA
+    into C in place)."""
+    out = list(head)
+    out += [f"b_{v} = {load_b(v)}" for v in range(nv)]
+    for r in range(mr):
+        out.append(f"a_{r} = {load_a(r)}")
+        out += [update(r, v) for v in range(nv)]
+    return out
+
+
+def indent(lines: list[str], n: int = 4) -> list[str]:
     return [(" " * n + ln) if ln else ln for ln in lines]
 
 
@@ -195,22 +166,22 @@ def micro_loops_source(pack_a: bool, pack_b: bool, fastmath: bool, unroll: int,
     if not write_cache:
         doc = '    """C[ci:ci+MR, cj:cj+NR] += A-tile @ B-tile, accumulated straight into C (no write cache)."""'
 
-        def body(p):
+        def body(p, _s=0):
             return [f"for r in range(MR):",
                     f"    a = {a_elem(pack_a, 'r', p)}",
                     f"    for c in range(NR):",
                     f"        C[ci + r, cj + c] += a * {b_elem(pack_b, p, 'c')}"]
-        return head + [doc] + _indent(_k_loop(unroll, body))
+        return head + [doc] + indent(k_loop(unroll, body))
 
     doc = '    """MR x NR tile of C accumulated in a local array (write cache), then stored once."""'
 
-    def body(p):
+    def body(p, _s=0):
         return [f"for r in range(MR):",
                 f"    a = {a_elem(pack_a, 'r', p)}",
                 f"    for c in range(NR):",
                 f"        acc[r, c] += a * {b_elem(pack_b, p, 'c')}"]
-    lines = ["acc = np.zeros((MR, NR), DTYPE)"] + _k_loop(unroll, body) + store_acc_lines()
-    return head + [doc] + _indent(lines)
+    lines = ["acc = np.zeros((MR, NR), DTYPE)"] + k_loop(unroll, body) + store_acc_lines()
+    return head + [doc] + indent(lines)
 
 
 def micro_unrolled_source(mr: int, nr: int, pack_a: bool, pack_b: bool, fastmath: bool,
@@ -225,19 +196,19 @@ def micro_unrolled_source(mr: int, nr: int, pack_a: bool, pack_b: bool, fastmath
     for r in range(mr):
         lines.append(" = ".join(acc[r]) + " = ZERO")
 
-    def body(p):
+    def body(p, _s=0):
         out = [f"a_{r} = {a_elem(pack_a, str(r), p)}" for r in range(mr)]
         out += [f"b_{c} = {b_elem(pack_b, p, str(c))}" for c in range(nr)]
         for r in range(mr):
             out += [f"{acc[r][c]} += a_{r} * b_{c}" for c in range(nr)]
         return out
-    lines += _k_loop(unroll, body)
+    lines += k_loop(unroll, body)
     # Spill the accumulators to a small array once (cheap next to the K loop), then store.
     lines += ["acc = np.empty((MR, NR), DTYPE)"]
     for r in range(mr):
         lines += [f"acc[{r}, {c}] = {acc[r][c]}" for c in range(nr)]
     lines += store_acc_lines()
-    return head + _indent(lines)
+    return head + indent(lines)
 
 
 def prefetch_c_lines(mr: int, nr: int, itemsize: int) -> list[str]:
@@ -253,17 +224,15 @@ def prefetch_c_lines(mr: int, nr: int, itemsize: int) -> list[str]:
 
 
 def micro_intrinsic_source(mr: int, nr: int, vec: int, unroll: int, pack_a: bool,
-                           pack_b: bool, write_cache: bool, itemsize: int = 4,
-                           panel_depth: str | None = "TILE_K") -> list[str]:
+                           pack_b: bool, write_cache: bool, itemsize: int = 4) -> list[str]:
     """Explicit LLVM vectors: each row of the tile is NR/VEC vectors of VEC lanes.
 
     With ``write_cache`` the MR x NR/VEC accumulators stay in registers for the whole K loop
     and C is written once; without it every K step loads, updates and stores C. With the
     write cache the tile of C is prefetched for writing before the K loop
     (``prefetch_c_lines``): without it the time depended on C's offset from a cache line by
-    up to 14% (1024^3 fp32, 6x16 tile). ``panel_depth``: the K depth of a packed panel, a
-    module constant; None when the cache block is a runtime argument of the kernel: the
-    packed buffer's own extent (``AA.shape[1]``) is then read.
+    up to 14% (1024^3 fp32, 6x16 tile). A packed panel is ``kc`` steps deep (the engine's
+    packing layout, ``search_spaces.gemm_engine.packing``).
     """
     nv = nr // vec
     acc = [[f"c_{r}_{v}" for v in range(nv)] for r in range(mr)]
@@ -278,48 +247,62 @@ def micro_intrinsic_source(mr: int, nr: int, vec: int, unroll: int, pack_a: bool
     ]
     lines = []
     if pack_a:
-        lines.append(f"a = ai * ({panel_depth or 'AA.shape[1]'} * MR)   # this A panel in the packed block (flat index)")
+        lines.append("a = ai * (kc * MR)   # this A panel in the packed block (flat index)")
     if pack_b:
-        lines.append(f"b = bj * ({panel_depth or 'BB.shape[1]'} * NR)   # this B panel")
+        lines.append("b = bj * (kc * NR)   # this B panel")
     if write_cache:
         lines += prefetch_c_lines(mr, nr, itemsize)
         for r in range(mr):
             lines.append(" = ".join(acc[r]) + f" = vsplat(ZERO, {vec})")
 
-    def body(p):
-        out = []
+    def body(p, _s=0):
+        head = []
         if pack_a:
-            out.append("pa = a + p * MR" if p == "p" else f"pa = a + ({p}) * MR")
+            head.append("pa = a + p * MR" if p == "p" else f"pa = a + ({p}) * MR")
         if pack_b:
-            out.append("pb = b + p * NR" if p == "p" else f"pb = b + ({p}) * NR")
-        for v in range(nv):
-            src = (f"vload(BB, pb + {v * vec}, {vec})" if pack_b
-                   else f"vload2(BB, p0 + {p}, bj + {v * vec}, {vec})")
-            out.append(f"b_{v} = {src}")
-        for r in range(mr):
-            src = (f"vbroadcast(AA, pa + {r}, {vec})" if pack_a
-                   else f"vbroadcast2(AA, ai + {r}, p0 + {p}, {vec})")
-            out.append(f"a_{r} = {src}")
-            for v in range(nv):
-                if write_cache:
-                    out.append(f"{acc[r][v]} = vfma(a_{r}, b_{v}, {acc[r][v]})")
-                else:
-                    at = f"ci + {r}, cj + {v * vec}"
-                    out.append(f"vstore2(C, {at}, vfma(a_{r}, b_{v}, vload2(C, {at}, {vec})))")
-        return out
-    lines += _k_loop(unroll, body)
+            head.append("pb = b + p * NR" if p == "p" else f"pb = b + ({p}) * NR")
+
+        def load_b(v):
+            return (f"vload(BB, pb + {v * vec}, {vec})" if pack_b
+                    else f"vload2(BB, p0 + {p}, bj + {v * vec}, {vec})")
+
+        def load_a(r):
+            return (f"vbroadcast(AA, pa + {r}, {vec})" if pack_a
+                    else f"vbroadcast2(AA, ai + {r}, p0 + {p}, {vec})")
+
+        def update(r, v):
+            if write_cache:
+                return f"{acc[r][v]} = vfma(a_{r}, b_{v}, {acc[r][v]})"
+            at = f"ci + {r}, cj + {v * vec}"
+            return f"vstore2(C, {at}, vfma(a_{r}, b_{v}, vload2(C, {at}, {vec})))"
+        return register_tile_step(mr, nv, head, load_b, load_a, update)
+    lines += k_loop(unroll, body)
     if not write_cache:
-        return head + _indent(lines)
+        return head + indent(lines)
     lines += vector_tile_store_lines(acc, nr, vec, "DTYPE")
-    return head + _indent(lines)
+    return head + indent(lines)
 
 
 # -- dispatch ------------------------------------------------------------------------------
 def extra_imports(c: dict) -> list[str]:
+    """The vector operations the module calls: the intrinsic micro-kernel's, and the vector
+    copies of the B packing."""
+    names = set()
     if c["microkernel"] == "intrinsic":
-        return ["from search_spaces.runtime.simd import (prefetch_w2, vadd, vbroadcast, vbroadcast2, vfma, vload,",
-                "                                vload2, vsplat, vstore, vstore2)"]
-    return []
+        names |= {"prefetch_w2", "vadd", "vbroadcast", "vbroadcast2", "vfma", "vload", "vload2",
+                  "vsplat", "vstore", "vstore2"}
+    if c["pack_b"]:
+        names |= {"vload", "vload_n", "vstore"}
+    if not names:
+        return []
+    lines, line = [], "from search_spaces.runtime.simd import ("
+    for k, name in enumerate(sorted(names)):
+        item = name + (", " if k < len(names) - 1 else ")")
+        if len(line) + len(item.rstrip()) > 100:
+            lines.append(line.rstrip())
+            line = " " * len("from search_spaces.runtime.simd import (")
+        line += item
+    return lines + [line]
 
 
 def micro_kernel_source(c: dict) -> list[str]:
@@ -331,6 +314,5 @@ def micro_kernel_source(c: dict) -> list[str]:
         return micro_unrolled_source(c["mr"], c["nr"], c["pack_a"], c["pack_b"], fm, c["unroll_k"])
     if kind == "intrinsic":
         return micro_intrinsic_source(c["mr"], c["nr"], c["vec"], c["unroll_k"], c["pack_a"],
-                                      c["pack_b"], c["write_cache"], c.get("itemsize", 4),
-                                      c.get("panel_depth", "TILE_K"))
+                                      c["pack_b"], c["write_cache"], c.get("itemsize", 4))
     raise InstantiationError(f"micro-kernel formulation {kind!r} is not implemented")

@@ -24,175 +24,18 @@ packing, parallel axis and threads.
 """
 from __future__ import annotations
 
-import itertools
 import json
 from typing import Mapping
 
 from search_spaces.gemm_engine import core
+from search_spaces.gemm_engine.space import (best_nr, core_constraints, core_knobs,
+                                             default_core_config)
 from search_spaces import isa
 from search_spaces.epilogue import Epilogue
-from search_spaces.isa import Isa
-from search_spaces.space import Config, ConfigSpace, Constraint, Knob
+from search_spaces.space import Config, ConfigSpace, Knob
 from search_spaces.template import Template
 from search_spaces.templates.features import split_efficiency
 from workloads.errors import InstantiationError
-
-LOOP_ORDERS = tuple("".join(p) for p in itertools.permutations("mnk"))
-
-
-def tile_values(dim: int, start: int = 16) -> tuple[int, ...]:
-    """Powers of two and 1.5x powers of two from ``start``, up to the first covering ``dim``."""
-    out: list[int] = []
-    v = start
-    while True:
-        for t in (v, v * 3 // 2):
-            if t not in out:
-                out.append(t)
-                if t >= dim:
-                    return tuple(out)
-        v *= 2
-
-
-def pick(values, want: int) -> int:
-    return min(values, key=lambda v: (abs(v - want), v))
-
-
-def nr_values(lanes: int) -> tuple[int, ...]:
-    """Register-tile widths: 1, 2 and 3 vectors of the ISA (AVX-512 fp32: 16, 32, 48)."""
-    return (lanes, 2 * lanes, 3 * lanes)
-
-
-def best_nr(n: int, choices=(16, 32, 48), threshold: float = 1.125) -> int:
-    """The widest register tile whose zero padding of the N edge wastes at most ``threshold``."""
-    def waste(nr):
-        return -(-n // nr) * nr / n
-    ok = [nr for nr in choices if waste(nr) <= threshold]
-    return max(ok) if ok else min(choices, key=waste)
-
-
-def gemm_knobs(M: int, N: int, K: int, max_threads: int, pack_a: tuple, pack_b: tuple,
-               dtype: str = "float32", target: Isa | None = None) -> list[Knob]:
-    """The GEMM core's knobs; micro-tile widths and vector lanes are the ISA's (``target``,
-    default the one generated for): nr 1-3 vectors, vec a half or a whole register."""
-    L = (target or isa.current()).lanes(dtype)
-    return [
-        Knob("tile_m", tile_values(M), True, "rows of C per cache block"),
-        Knob("tile_n", tile_values(N), True, "columns of C per cache block"),
-        Knob("tile_k", tile_values(K), True, "K depth per cache block"),
-        Knob("mr", (4, 6, 8), True, "rows of the register micro-tile"),
-        Knob("nr", nr_values(L), True, "columns of the register micro-tile"),
-        Knob("vec", (L // 2, L), True, "vector lanes (half or whole register)"),
-        Knob("loop_order", LOOP_ORDERS, False, "order of the block loops, outermost first"),
-        Knob("pack_a", pack_a, False, "copy A blocks into MR-row panels"),
-        Knob("pack_b", pack_b, False, "copy B blocks into NR-column panels"),
-        Knob("parallel", ("none", "m", "n"), False, "block loop run with numba.prange"),
-        Knob("threads", tuple(range(1, max(1, max_threads) + 1)), True, "Numba threads"),
-    ]
-
-
-def gemm_constraints(M: int, N: int, target: Isa | None = None) -> list[Constraint]:
-    target = target or isa.current()
-
-    def micro(c):
-        if c["nr"] % c["vec"]:
-            return f"nr={c['nr']} is not a multiple of vec={c['vec']}"
-        # accumulators + a B row + an A broadcast in registers (AVX-512: the earlier <= 28)
-        return target.spill_reason(c["mr"], c["nr"] // c["vec"])
-
-    def tiles(c):
-        if c["tile_m"] % c["mr"] and c["tile_m"] < M:
-            return f"tile_m={c['tile_m']} is not a multiple of mr={c['mr']}"
-        if c["tile_n"] % c["nr"] and c["tile_n"] < N:
-            return f"tile_n={c['tile_n']} is not a multiple of nr={c['nr']}"
-        return None
-
-    def threads(c):
-        if (c["threads"] > 1) != (c["parallel"] != "none"):
-            return "threads > 1 exactly when parallel != 'none'"
-        return None
-
-    return [Constraint("micro_tile", micro), Constraint("tiles_fit_micro", tiles),
-            Constraint("threads", threads)]
-
-
-def default_gemm_config(space: ConfigSpace, M: int, N: int, K: int, max_threads: int,
-                        pack_a: bool, pack_b: bool, nr: int | None = None,
-                        mr: int | None = None) -> Config:
-    """Whole-register vectors, the widest tile that pads N little, 6 rows up to two vectors
-    (AVX2 fp32: 6 x 16 = 15 of 16 ymm; AVX-512: 6 x 32 = 15 of 32 zmm), 4 rows at three."""
-    nrs = space.knob("nr").values
-    vec = space.knob("vec").values[-1]
-    nr = nr or best_nr(N, nrs)
-    mr = mr or (6 if nr <= 2 * vec else 4)
-    cfg = {"tile_m": pick(space.knob("tile_m").values, 96),
-           "tile_n": pick(space.knob("tile_n").values, 256 if nr != nrs[-1] else 288),
-           "tile_k": pick(space.knob("tile_k").values, K if K <= 1024 else 512),
-           "mr": mr, "nr": nr, "vec": vec, "loop_order": "nkm",
-           "pack_a": pack_a, "pack_b": pack_b,
-           "parallel": "none", "threads": 1}
-    if max_threads > 1:
-        cfg["parallel"], cfg["threads"] = ("n" if N >= 2 * cfg["tile_n"] else "m"), max_threads
-        cfg = balanced_split(space, repair(space, cfg), M, N)
-    return repair(space, cfg)
-
-
-def balanced_split(space: ConfigSpace, cfg: Mapping, M: int, N: int, slack: float = 0.03) -> dict:
-    """The parallel axis and its cache block that keep every thread busy: among the tile
-    values of the m and n axes (multiples of the micro tile, at most one thread's share or
-    the default block, and never twice the default), the best ``split_efficiency``, then,
-    within ``slack`` of it, the default axis and the largest block (smaller blocks cost
-    packing and loop overhead).
-
-    ResNet-50's NCHW convs at 2 threads with the old rule (n when N >= 2 blocks, else m,
-    blocks of 96 rows): M = 256 in 3 blocks (one thread does two: 67% busy), M = 512 or 1024
-    in 6 or 11 (89%); weighted by MACs 80% busy, the bound of the 1.53x two-thread scaling
-    measured on AVX-512. With 128-row blocks those layers split evenly."""
-    cfg = dict(cfg)
-    T = int(cfg["threads"])
-    if T < 2 or cfg["parallel"] == "none":
-        return cfg
-    cands = []
-    for axis, dim, knob, micro in (("m", M, "tile_m", "mr"), ("n", N, "tile_n", "nr")):
-        values = space.knob(knob).values
-        share = min((v for v in values if v * T >= dim), default=values[-1])
-        cap = min(max(cfg[knob], share), 2 * cfg[knob])
-        for t in values:
-            if t <= cap and (t % cfg[micro] == 0 or t >= dim):
-                cands.append((split_efficiency(dim, t, T), axis == cfg["parallel"], t, axis, knob))
-    if not cands:
-        return cfg
-    top = max(c[0] for c in cands)
-    _, _, t, axis, knob = max((c for c in cands if c[0] * (1 + slack) >= top),
-                              key=lambda c: (c[1], c[2]))
-    cfg["parallel"], cfg[knob] = axis, t
-    return cfg
-
-
-def repair(space: ConfigSpace, cfg: dict) -> Config:
-    cfg = dict(cfg)
-    for _ in range(64):
-        reason = space.violation(cfg)
-        if reason is None:
-            return Config(cfg)
-        if reason.startswith("tiles_fit_micro"):
-            for knob, micro in (("tile_m", "mr"), ("tile_n", "nr")):
-                vals = space.knob(knob).values
-                ok = [v for v in vals if v % cfg[micro] == 0 or v == vals[-1]]
-                if cfg[knob] not in ok:
-                    cfg[knob] = min(ok, key=lambda v: (abs(v - cfg[knob]), v))
-        elif reason.startswith("micro_tile"):
-            vecs = [v for v in space.knob("vec").values if cfg["nr"] % v == 0]
-            smaller = [v for v in space.knob("mr").values if v < cfg["mr"]]
-            if cfg["nr"] % cfg["vec"] and vecs:
-                cfg["vec"] = vecs[-1]
-            elif smaller:
-                cfg["mr"] = smaller[-1]
-            else:
-                raise InstantiationError(f"cannot repair config {cfg}: {reason}")
-        else:
-            raise InstantiationError(f"cannot repair config {cfg}: {reason}")
-    raise InstantiationError(f"cannot repair config {cfg}")
-
 
 class Conv2dTemplate(Template):
     name = "conv2d"
@@ -256,14 +99,14 @@ class Conv2dTemplate(Template):
         # a prologue is applied while the image is packed: B is always packed then
         pack_b = (True,) if pl["b"] != "direct" or workload.prologue else (False, True)
         target = isa.current()
-        knobs = gemm_knobs(pl["M"], pl["N"], pl["K"], max_threads, pack_a, pack_b,
+        knobs = core_knobs(pl["M"], pl["N"], pl["K"], max_threads, pack_a, pack_b,
                            workload.dtype, target)
         if pl["groups"] > 1:
             # a grouped conv may also run its groups in parallel, each GEMM on one thread
             knobs = [Knob("parallel", ("none", "m", "n", "g"), False,
                           "block loop run with numba.prange ('g': the groups)")
                      if k.name == "parallel" else k for k in knobs]
-        return ConfigSpace(knobs, gemm_constraints(pl["M"], pl["N"], target))
+        return ConfigSpace(knobs, core_constraints(pl["M"], pl["N"], target))
 
     def default_config(self, workload, max_threads: int = 1) -> Config:
         pl = self.plan(workload)
@@ -306,7 +149,7 @@ class Conv2dTemplate(Template):
             mr = next((r for r in rows if pl["M"] % r == 0), None)
             pack_a = mr is None
             mr = mr or rows[0]
-            cfg = default_gemm_config(sp, pl["M"], pl["N"], pl["K"], max_threads, pack_a,
+            cfg = default_core_config(sp, pl["M"], pl["N"], pl["K"], max_threads, pack_a,
                                       pack_b, nr=nr, mr=mr)
             # One K block up to K = 1536 (no second pass over the output; paired runs: the
             # stem K=147 2.70 -> 2.54 ms, K=576 -2.5%, K=864/1152 -3 to -5%; at K=2304 three
@@ -315,7 +158,7 @@ class Conv2dTemplate(Template):
             if ks and pl["K"] <= 1536:
                 cfg = cfg.replace(tile_k=ks[0])
             return self._group_split(cfg, pl)
-        return default_gemm_config(sp, pl["M"], pl["N"], pl["K"], max_threads, pack_a, pack_b)
+        return default_core_config(sp, pl["M"], pl["N"], pl["K"], max_threads, pack_a, pack_b)
 
     @staticmethod
     def _group_split(cfg: Config, pl: dict) -> Config:

@@ -21,7 +21,7 @@ import json
 
 from search_spaces import isa
 from search_spaces.gemm_engine import core
-from search_spaces.templates.conv2d import default_gemm_config, gemm_constraints, gemm_knobs, repair
+from search_spaces.gemm_engine.space import core_constraints, core_knobs, default_core_config, repair
 from search_spaces.epilogue import DTYPE_SRC, Epilogue
 from search_spaces.space import Config, ConfigSpace, Constraint, Knob
 from search_spaces.template import Template
@@ -52,8 +52,8 @@ class DenseTemplate(Template):
         knobs = [Knob("formulation", forms, False, "dot products or the register-tiled GEMM core"),
                  Knob("block_n", (1, 4, 16, 64), True, "dot: weight rows per block")]
         target = isa.current()
-        knobs += gemm_knobs(M, N, K, max_threads, (False, True), pack_b, workload.dtype, target)
-        cons = gemm_constraints(M, N, target)
+        knobs += core_knobs(M, N, K, max_threads, (False, True), pack_b, workload.dtype, target)
+        cons = core_constraints(M, N, target)
 
         def dot_only(c):
             if c["formulation"] == "dot" and c["parallel"] == "m":
@@ -64,7 +64,7 @@ class DenseTemplate(Template):
     def default_config(self, workload, max_threads: int = 1) -> Config:
         g = workload.geometry
         sp = self.space(workload, max_threads)
-        base = default_gemm_config(sp.__class__([k for k in sp.knobs if k.name not in ("formulation", "block_n")],
+        base = default_core_config(sp.__class__([k for k in sp.knobs if k.name not in ("formulation", "block_n")],
                                                 sp.constraints[:3]),
                                    g["M"], g["N"], g["K"], max_threads, g["M"] >= 64, True)
         form = "dot" if g["weight"] == "NK" and g["M"] < 16 else "gemm"

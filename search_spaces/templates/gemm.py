@@ -20,19 +20,20 @@ Every rung of the REFERENCE.md ladder (naive ... parallel) is a point of this sp
 """
 from __future__ import annotations
 
-import itertools
 import os
 
 import numpy as np
 
 from search_spaces import isa
+from search_spaces.gemm_engine.space import (LOOP_ORDERS, block_values, nr_values, pick_knob, repair,
+                                             spill, split, threads_match_parallel, tiles_fit_micro,
+                                             vec_values, with_splits)
+from search_spaces.gemm_engine.space import vector_width as engine_vector_width
 from search_spaces.isa import Isa
 from search_spaces.space import Config, ConfigSpace, Constraint, Knob
 from search_spaces.template import Template
-from workloads.errors import InstantiationError
 from workloads.gemm import Gemm
 
-LOOP_ORDERS = tuple("".join(p) for p in itertools.permutations("mnk"))
 MICROKERNELS = ("loops", "unrolled", "intrinsic")
 GEMV_ROWS = 8   # M below this: the 'rowaxpy' formulation and parallel='k' join the space
 MAX_UNROLLED_ACCUMULATORS = 256   # source size / compile time bound for "unrolled"
@@ -45,42 +46,15 @@ def native_lanes(dtype: str, target: Isa | None = None) -> int:
     return (target or isa.current()).lanes(dtype)
 
 
-def _tile_values(dim: int, start: int) -> tuple[int, ...]:
-    """``start``, then powers of two and 1.5x powers of two from 2*start, up to the first
-    value covering ``dim`` (a tile that large means one block: the loop disappears)."""
-    out = [start]
-    v = 2 * start
-    while out[-1] < dim:
-        out += [t for t in (v, v * 3 // 2) if t > out[-1]][: 1 if v >= dim else 2]
-        v *= 2
-    return tuple(out)
-
-
 def _k_tiles(w: Gemm) -> tuple[int, ...]:
     """tile_k values. Few rows of C (GEMV-like): B is streamed once, and thin K blocks keep the
     number of concurrent row streams within what the hardware prefetcher tracks."""
-    return _tile_values(w.K, 4 if w.M < GEMV_ROWS else 32)
-
-
-def _with_splits(values: tuple[int, ...], dim: int, max_threads: int) -> tuple[int, ...]:
-    """Add the tiles that split ``dim`` evenly over 2..max_threads threads (rounded up to 16),
-    so a parallel block loop can give every thread one equal block."""
-    extra = {_split(dim, t) for t in range(2, max_threads + 1) if dim >= 64 * t}
-    return tuple(sorted(set(values) | {v for v in extra if v < values[-1]}))
-
-
-def _split(dim: int, parts: int) -> int:
-    """ceil(dim / parts) rounded up to a multiple of 16."""
-    return -(-dim // (16 * parts)) * 16
-
-
-def _covers(tile: int, dim: int) -> bool:
-    return tile >= dim
+    return block_values(w.K, 4 if w.M < GEMV_ROWS else 32)
 
 
 class GemmTemplate(Template):
     name = "gemm"
-    version = 9   # 9: the intrinsic micro-kernel prefetches its C tile (placement-proof)
+    version = 10   # 10: packing by the engine's packers (flat kc-deep panels, vector B copies)
     workload_kind = "gemm"
     dtypes = ("float32", "float64", "int32")   # int8: search_spaces/templates/gemm_int8.py
     entry = "kernel"
@@ -95,17 +69,17 @@ class GemmTemplate(Template):
         L = native_lanes(w.dtype, target)
         gemv = w.M < GEMV_ROWS
         knobs = [
-            Knob("tile_m", _with_splits(_tile_values(w.M, 16), w.M, max_threads), True, "rows of C per cache block (A block in L2)"),
-            Knob("tile_n", _with_splits(_tile_values(w.N, 16), w.N, max_threads), True, "columns of C per cache block (B block in L3/L2)"),
+            Knob("tile_m", with_splits(block_values(w.M, 16), w.M, max_threads), True, "rows of C per cache block (A block in L2)"),
+            Knob("tile_n", with_splits(block_values(w.N, 16), w.N, max_threads), True, "columns of C per cache block (B block in L3/L2)"),
             Knob("tile_k", _k_tiles(w), True, "K depth per cache block (B micro-panel in L1)"),
             Knob("mr", (1, 2, 4, 6, 8, 12, 16), True, "rows of the register micro-tile"),
-            Knob("nr", (1, L // 2, L, 2 * L, 3 * L, 4 * L), True, "columns of the register micro-tile"),
+            Knob("nr", (1, L // 2) + nr_values(L) + (4 * L,), True, "columns of the register micro-tile"),
             Knob("loop_order", LOOP_ORDERS, False, "order of the block loops, outermost first"),
             Knob("pack_a", (False, True), False, "copy A blocks into contiguous MR-row panels"),
             Knob("pack_b", (False, True), False, "copy B blocks into contiguous NR-column panels"),
             Knob("microkernel", MICROKERNELS + (("rowaxpy",) if gemv else ()), False,
                  "how the micro-kernel is written ('rowaxpy': B streamed by rows, M < 8)"),
-            Knob("vec", (L // 2, L), True, "vector lanes of the intrinsic micro-kernel (ymm/zmm)"),
+            Knob("vec", vec_values(L), True, "vector lanes of the intrinsic micro-kernel (ymm/zmm)"),
             Knob("unroll_k", (1, 2, 4), True, "unroll factor of the micro-kernel's K loop"),
             Knob("write_cache", (False, True), False, "accumulate the tile locally, store C once"),
             Knob("parallel", ("none", "m", "n") + (("k",) if gemv else ()), False,
@@ -118,23 +92,13 @@ class GemmTemplate(Template):
         L = native_lanes(w.dtype, target)
         registers_total = target.registers
 
-        def tiles_fit_micro(c):
-            # A tile that is not a multiple of the micro-tile only pads its last panel (some
-            # wasted FLOPs, measured like any other cost); one smaller than it is pointless.
-            if c["tile_m"] < c["mr"] and not _covers(c["tile_m"], w.M):
-                return f"tile_m={c['tile_m']} is smaller than mr={c['mr']}"
-            if c["tile_n"] < c["nr"] and not _covers(c["tile_n"], w.N):
-                return f"tile_n={c['tile_n']} is smaller than nr={c['nr']}"
-            return None
-
         def registers(c):
             # Accumulators, one row of B and an A broadcast must fit the register file
             # (isa.Isa.spill_reason); on AVX-512 this is the earlier "<= 28 accumulators".
             if c["microkernel"] in ("intrinsic", "unrolled"):
-                nv = -(-c["nr"] // (c["vec"] if c["microkernel"] == "intrinsic" else L))
-                spill = target.spill_reason(c["mr"], nv)
-                if spill:
-                    return spill
+                reason = spill(target, c["mr"], c["nr"], c["vec"] if c["microkernel"] == "intrinsic" else L)
+                if reason:
+                    return reason
             if c["microkernel"] == "loops" and c["mr"] * c["nr"] > 2 * registers_total * L:
                 return f"{c['mr']}x{c['nr']} accumulator tile is far larger than the register file"
             if c["microkernel"] == "unrolled" and c["mr"] * c["nr"] > MAX_UNROLLED_ACCUMULATORS:
@@ -143,20 +107,14 @@ class GemmTemplate(Template):
 
         def vector_width(c):
             if c["microkernel"] == "intrinsic":
-                if c["nr"] % c["vec"]:
-                    return f"nr={c['nr']} is not a multiple of vec={c['vec']}"
-            elif c["vec"] != L:
+                return engine_vector_width(c)
+            if c["vec"] != L:
                 return f"vec only applies to microkernel='intrinsic' (keep vec={L})"
             return None
 
         def write_cache(c):
             if not c["write_cache"] and c["microkernel"] == "unrolled":
                 return "microkernel 'unrolled' always keeps its accumulators in named scalars"
-            return None
-
-        def threads(c):
-            if (c["threads"] > 1) != (c["parallel"] != "none"):
-                return "threads > 1 exactly when parallel != 'none'"
             return None
 
         def rowaxpy(c):
@@ -173,18 +131,19 @@ class GemmTemplate(Template):
                     return f"rowaxpy does not use {knob} (keep {knob}={value})"
             return None
 
-        return [Constraint("tiles_fit_micro", tiles_fit_micro),
+        # the engine's (search_spaces/gemm_engine/space.py), then this template's styles'
+        return [tiles_fit_micro(w.M, w.N, multiple=False),
                 Constraint("registers", registers),
                 Constraint("vector_width", vector_width),
                 Constraint("write_cache", write_cache),
-                Constraint("threads", threads),
+                threads_match_parallel(),
                 Constraint("rowaxpy", rowaxpy)]
 
     @staticmethod
     def _last(knob: str, w: Gemm) -> int:
         """The largest value of a tile knob (the one covering the dimension)."""
         if knob == "tile_m":
-            return _tile_values(w.M, 16)[-1]
+            return block_values(w.M, 16)[-1]
         return _k_tiles(w)[-1]
 
     # -- defaults and the ladder -----------------------------------------------------------
@@ -201,15 +160,15 @@ class GemmTemplate(Template):
         # core makes a 2-thread kernel wait at every parallel region's barrier.)
         threads = 1 if w.flops() < SMALL_PARALLEL_FLOPS else max(1, max_threads)
         # one equal N block per thread while that block stays moderate, else 1024-column blocks
-        tile_n = 1024 if threads == 1 or _split(w.N, threads) > 1024 else _split(w.N, threads)
+        tile_n = 1024 if threads == 1 or split(w.N, threads) > 1024 else split(w.N, threads)
         # AVX2 (6 x 16 fp32 tile: 12 + 2 + 1 of 16 ymm, no spill in the K loop) takes deeper K
         # blocks: 1024^3 on Zen 3, 1 thread, CPU time beside NumPy in one process (load ~12 from
         # other jobs): tile_k 384 0.82x, 512 0.87x, 768 0.87x, 1024 0.88x; 2 threads 512 also
         # ahead of 384 (docs/isa.md). AVX-512 keeps 384.
         deep_k = 384 if w.M >= 128 and isa.current().vector_bits >= 512 else 512
         cfg = {
-            "tile_m": _pick(sp, "tile_m", 96), "tile_n": _pick(sp, "tile_n", tile_n, at_least=True),
-            "tile_k": _pick(sp, "tile_k", deep_k), "mr": 6, "nr": 2 * L,
+            "tile_m": pick_knob(sp, "tile_m", 96), "tile_n": pick_knob(sp, "tile_n", tile_n, at_least=True),
+            "tile_k": pick_knob(sp, "tile_k", deep_k), "mr": 6, "nr": 2 * L,
             "loop_order": "nkm", "pack_a": True, "pack_b": True, "microkernel": "intrinsic",
             "vec": L, "unroll_k": 1, "write_cache": True,
             "parallel": "n" if threads > 1 else "none", "threads": threads,
@@ -219,8 +178,8 @@ class GemmTemplate(Template):
             mr = max(v for v in (1, 2, 4) if v <= w.M)
             # the widest row of B the registers hold beside mr accumulator rows (AVX-512: 4L)
             nv = max(v for v in (4, 3, 2, 1) if isa.current().spill_reason(mr, v) is None)
-            cfg.update(mr=mr, nr=nv * L, pack_b=False, tile_k=_pick(sp, "tile_k", 8),
-                       tile_n=_pick(sp, "tile_n", max(tile_n, 1024) if threads == 1 else tile_n))
+            cfg.update(mr=mr, nr=nv * L, pack_b=False, tile_k=pick_knob(sp, "tile_k", 8),
+                       tile_n=pick_knob(sp, "tile_n", max(tile_n, 1024) if threads == 1 else tile_n))
         if w.M == 1:
             # a vector times a matrix: B streamed by rows (gemm_rowaxpy.py). Measured
             # (1x1024x4096, standalone, vs NumPy in the same run): float32 4 rows per step
@@ -232,7 +191,7 @@ class GemmTemplate(Template):
                        tile_k=self._last("tile_k", w), tile_n=sp.knob("tile_n").values[-1],
                        unroll_k=4 if np.dtype(w.dtype).itemsize <= 4 else 1,
                        parallel="k" if threads > 1 else "none")
-        return _repair(sp, cfg)
+        return repair(sp, cfg)
 
     def ladder(self, workload: Gemm) -> list[tuple[str, Config]]:
         """REFERENCE.md's optimisation ladder as points of this space, each step adding one
@@ -247,8 +206,8 @@ class GemmTemplate(Template):
                  "write_cache": False, "parallel": "none", "threads": 1}
         steps = [("naive", naive)]
         # blocking: 32 x 32 x 128 cache blocks
-        blocking = {**naive, "tile_m": _pick(sp, "tile_m", 32), "tile_n": _pick(sp, "tile_n", 32),
-                    "tile_k": _pick(sp, "tile_k", 128)}
+        blocking = {**naive, "tile_m": pick_knob(sp, "tile_m", 32), "tile_n": pick_knob(sp, "tile_n", 32),
+                    "tile_k": pick_knob(sp, "tile_k", 128)}
         steps.append(("blocking", blocking))
         # vectorization: the inner j loop as one explicit SIMD vector (FMA into C)
         vectorization = {**blocking, "microkernel": "intrinsic", "nr": L}
@@ -256,22 +215,22 @@ class GemmTemplate(Template):
         # loop permutation: K outside an 8-row x 2-vector inner tile (TVM's reorder(ko, mi, ki, ni)),
         # n/k/m block order (a B block is reused by every M block), larger blocks
         permutation = {**vectorization, "loop_order": "nkm", "mr": 8, "nr": 2 * L,
-                       "tile_m": _pick(sp, "tile_m", 64),
-                       "tile_n": _pick(sp, "tile_n", 256), "tile_k": _pick(sp, "tile_k", 256)}
+                       "tile_m": pick_knob(sp, "tile_m", 64),
+                       "tile_n": pick_knob(sp, "tile_n", 256), "tile_k": pick_knob(sp, "tile_k", 256)}
         steps.append(("loop permutation", permutation))
         # packing: contiguous A and B panels
         packing = {**permutation, "pack_a": True, "pack_b": True}
         steps.append(("packing", packing))
         # write cache: a 6 x 2L register tile, C written once per block
         write_cache = {**packing, "write_cache": True, "mr": 6, "nr": 2 * L,
-                       "tile_m": _pick(sp, "tile_m", 96), "tile_n": _pick(sp, "tile_n", 512)}
+                       "tile_m": pick_knob(sp, "tile_m", 96), "tile_n": pick_knob(sp, "tile_n", 512)}
         steps.append(("write cache", write_cache))
         # parallel: the outermost (N) block loop over 2 threads
         parallel = {**write_cache, "parallel": "n", "threads": 2,
-                    "tile_n": _pick(sp, "tile_n", 512 if _split(w.N, 2) > 768 else _split(w.N, 2),
+                    "tile_n": pick_knob(sp, "tile_n", 512 if split(w.N, 2) > 768 else split(w.N, 2),
                                     at_least=True)}
         steps.append(("parallel", parallel))
-        return [(name, _repair(sp, cfg)) for name, cfg in steps]
+        return [(name, repair(sp, cfg)) for name, cfg in steps]
 
     def transfer_hazard(self, workload: Gemm, config: Config) -> str | None:
         """Unpacked operands make a config shape-fragile: the micro-kernel's vector loads of an
@@ -317,33 +276,3 @@ class GemmTemplate(Template):
 
         tiles = clipped_tiles(workload, config)
         return tuple(tiles[k] for k in self.runtime_knobs)
-
-
-def _pick(space: ConfigSpace, knob: str, want: int, at_least: bool = False) -> int:
-    """The knob value closest to ``want`` (tile lists depend on the workload); with
-    ``at_least`` the smallest value >= want (so N splits into no more blocks than threads)."""
-    values = space.knob(knob).values
-    if at_least:
-        return min((v for v in values if v >= want), default=values[-1])
-    return min(values, key=lambda v: (abs(v - want), v))
-
-
-def _repair(space: ConfigSpace, cfg: dict) -> Config:
-    """Make a hand-written config valid for small shapes: shrink the micro-tile until it is."""
-    cfg = dict(cfg)
-    for _ in range(64):
-        reason = space.violation(cfg)
-        if reason is None:
-            return Config(cfg)
-        if reason.startswith("tiles_fit_micro"):
-            # The closest tile at least as large as the micro-tile (or covering the dim).
-            for dim_knob, micro in (("tile_m", "mr"), ("tile_n", "nr")):
-                vals = space.knob(dim_knob).values
-                ok = [v for v in vals if v >= cfg[micro] or v == vals[-1]]
-                if cfg[dim_knob] not in ok:
-                    cfg[dim_knob] = min(ok, key=lambda v: abs(v - cfg[dim_knob]))
-        elif reason.startswith("registers") and cfg["mr"] > 1:
-            cfg["mr"] = max(v for v in space.knob("mr").values if v < cfg["mr"])
-        else:
-            raise InstantiationError(f"cannot repair hand-written gemm config {cfg}: {reason}")
-    raise InstantiationError(f"cannot repair hand-written gemm config {cfg}")

@@ -24,7 +24,8 @@ from __future__ import annotations
 import functools
 import os
 
-from search_spaces.templates.gemm import (LOOP_ORDERS, _pick, _split, _tile_values, _with_splits)
+from search_spaces.gemm_engine.space import (LOOP_ORDERS, block_values, pick_knob, repair, split,
+                                             threads_match_parallel, tiles_fit_micro, with_splits)
 from search_spaces.space import Config, ConfigSpace, Constraint, Knob
 from search_spaces.template import Template
 from workloads.errors import InstantiationError
@@ -90,9 +91,9 @@ class GemmInt8Template(Template):
         lanes = vecs[0] // 32
         nrs = tuple(lanes * k for k in (1, 2, 3, 4)) + ((48, 64) if 512 in vecs else ())
         knobs = [
-            Knob("tile_m", _with_splits(_tile_values(w.M, 16), w.M, max_threads), True, "rows of C per cache block"),
-            Knob("tile_n", _with_splits(_tile_values(w.N, 16), w.N, max_threads), True, "columns of C per cache block"),
-            Knob("tile_k", _tile_values(w.K, 64), True, "K depth per cache block (packed panels in L1/L2)"),
+            Knob("tile_m", with_splits(block_values(w.M, 16), w.M, max_threads), True, "rows of C per cache block"),
+            Knob("tile_n", with_splits(block_values(w.N, 16), w.N, max_threads), True, "columns of C per cache block"),
+            Knob("tile_k", block_values(w.K, 64), True, "K depth per cache block (packed panels in L1/L2)"),
             Knob("mr", (1, 2, 3, 4, 6, 8), True, "rows of the register micro-tile"),
             Knob("nr", nrs, True, "columns of the register micro-tile (int32 lanes)"),
             Knob("loop_order", LOOP_ORDERS, False, "order of the block loops, outermost first"),
@@ -134,21 +135,9 @@ class GemmInt8Template(Template):
                 return f"{acc} accumulators + operands = {live} vector registers > {regs}"
             return None
 
-        def tiles_fit_micro(c):
-            if c["tile_m"] < c["mr"] and c["tile_m"] < w.M:
-                return f"tile_m={c['tile_m']} is smaller than mr={c['mr']}"
-            if c["tile_n"] < c["nr"] and c["tile_n"] < w.N:
-                return f"tile_n={c['tile_n']} is smaller than nr={c['nr']}"
-            return None
-
-        def threads(c):
-            if (c["threads"] > 1) != (c["parallel"] != "none"):
-                return "threads > 1 exactly when parallel != 'none'"
-            return None
-
         return [Constraint("exact", exact), Constraint("isa", isa),
                 Constraint("vector_width", vector_width), Constraint("registers", registers),
-                Constraint("tiles_fit_micro", tiles_fit_micro), Constraint("threads", threads)]
+                tiles_fit_micro(w.M, w.N, multiple=False), threads_match_parallel()]
 
     # -- defaults --------------------------------------------------------------------------
     def default_dot(self, w: Gemm) -> str:
@@ -169,7 +158,7 @@ class GemmInt8Template(Template):
         vec = self.default_vec()
         lanes = vec // 32
         threads = 1 if w.flops() < SMALL_PARALLEL_FLOPS else max(1, max_threads)
-        tile_n = 1024 if threads == 1 or _split(w.N, threads) > 1024 else _split(w.N, threads)
+        tile_n = 1024 if threads == 1 or split(w.N, threads) > 1024 else split(w.N, threads)
         dot = self.default_dot(w)
         # Measured at 1024^3, 1 thread, znver3 (thread CPU time, alternating, shared machine):
         # maddubs 4 x 16 unrolled by 2 157 GOPS (6 x 16: 127, 4 x 24: 131, not unrolled: 145);
@@ -179,11 +168,11 @@ class GemmInt8Template(Template):
         mr, unroll = (6, 1) if dot == "madd16" else (4, 2)
         # a few rows of C (GEMV-like): no taller tile than there are rows (padding is work)
         mr = max(v for v in sp.knob("mr").values if v <= max(1, min(mr, w.M)))
-        cfg = {"tile_m": _pick(sp, "tile_m", 48), "tile_n": _pick(sp, "tile_n", tile_n, at_least=True),
-               "tile_k": _pick(sp, "tile_k", 1024), "mr": mr, "nr": 2 * lanes, "loop_order": "nkm",
+        cfg = {"tile_m": pick_knob(sp, "tile_m", 48), "tile_n": pick_knob(sp, "tile_n", tile_n, at_least=True),
+               "tile_k": pick_knob(sp, "tile_k", 1024), "mr": mr, "nr": 2 * lanes, "loop_order": "nkm",
                "dot": dot, "vec": vec, "unroll_k": unroll,
                "parallel": "n" if threads > 1 else "none", "threads": threads}
-        return _repair(sp, cfg)
+        return repair(sp, cfg)
 
     # -- code generation -------------------------------------------------------------------
     def codegen(self, workload: Gemm, config: Config) -> str:
@@ -201,17 +190,3 @@ class GemmInt8Template(Template):
 
         tiles = clipped_tiles(workload, config)
         return tuple(tiles[k] for k in self.runtime_knobs)
-
-
-def _repair(space: ConfigSpace, cfg: dict) -> Config:
-    """Make the hand-written default valid for small shapes (tiles at least the micro-tile)."""
-    cfg = dict(cfg)
-    for dim_knob, micro in (("tile_m", "mr"), ("tile_n", "nr")):
-        vals = space.knob(dim_knob).values
-        ok = [v for v in vals if v >= cfg[micro] or v == vals[-1]]
-        if cfg[dim_knob] not in ok:
-            cfg[dim_knob] = min(ok, key=lambda v: abs(v - cfg[dim_knob]))
-    reason = space.violation(cfg)
-    if reason is not None:
-        raise InstantiationError(f"cannot repair the int8 gemm default {cfg}: {reason}")
-    return Config(cfg)
