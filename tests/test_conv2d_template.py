@@ -258,9 +258,10 @@ def shared_image_conv():
 def test_shared_image_block_is_packed_by_every_thread():
     """At 2 threads a conv whose output rows are split (``parallel='m'``, M = 32 as
     DenseNet-121's 3x3 convs) packs its im2col block, which every thread reads, with the rows
-    shared out in a parallel region (``pack_b_split``: one thread packed it before, 36-50% of
-    those convs' time). Split on N, each thread packs its own block and nothing is shared.
-    (Source only; the compiled kernel is checked by the slow test below.)"""
+    shared out in a parallel region (``pack_b_split_lines``, a prange in the parallel core:
+    one thread packed it before, 36-50% of those convs' time). Split on N, each thread packs
+    its own block and nothing is shared. (Source only; the compiled kernel is checked by the
+    slow test below.)"""
     from search_spaces.gemm_engine.core import splits_pack_b
     from search_spaces.gemm_engine.packing import SPLIT_PACK_MIN
 
@@ -268,10 +269,13 @@ def test_shared_image_block_is_packed_by_every_thread():
     assert cfg["parallel"] == "m" and splits_pack_b(cfg, "im2col_nchw")
     assert 144 * 16 * 17 >= SPLIT_PACK_MIN        # large enough to split at run time
     src = t.codegen(w, cfg)
-    assert "pack_b_split(B, b_base, p0, j0, kc, nc, Bp, geo)" in src and "prange((kc" in src
+    split = "for chunk in prange((kc + step - 1) // step):"
+    core = src.split("def gemm_core")[1]
+    assert split in core and core.index(split) < core.index("for blk in prange(")
+    assert src.count("parallel=True") == 1        # the core only: no parallel function of its own
     by_n = cfg.replace(parallel="n", tile_n=96)
-    assert not splits_pack_b(by_n, "im2col_nchw") and "pack_b_split" not in t.codegen(w, by_n)
-    assert "pack_b_split" not in t.codegen(w, t.default_config(w, max_threads=1))
+    assert not splits_pack_b(by_n, "im2col_nchw") and split not in t.codegen(w, by_n)
+    assert split not in t.codegen(w, t.default_config(w, max_threads=1))
 
 
 @pytest.mark.slow   # compiles a parallel module: ~65 s under load, more than the default run's share

@@ -196,7 +196,10 @@ def repair(space: ConfigSpace, cfg: dict) -> Config:
 
 class Conv2dTemplate(Template):
     name = "conv2d"
-    version = 4   # 4: shared B blocks packed by every thread (pack_b_split), two-chain narrow kernel
+    # 4: shared B blocks packed by every thread (pack_b_split), two-chain narrow kernel;
+    # 5: that split packing a prange of the parallel core (no parallel function of its own),
+    # the edge kernel only where a tile can be partial, helpers without wrappers or cache
+    version = 5
     workload_kind = "conv2d"
     entry = "kernel"
     # Cache blocks are arguments (with the shape and geometry: ``dims``); configs differing in
