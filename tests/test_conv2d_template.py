@@ -93,6 +93,36 @@ def test_pointwise_conv_reads_operands_in_place(level):
     assert check(w, packed) is None
 
 
+def test_edge_kernel_only_where_a_tile_can_be_partial():
+    """The scalar edge kernel is generated only when an operand read in place can leave a
+    partial tile (MR does not divide M, or NR does not divide N): the default NCHW configs
+    read the weights in place only where MR divides M, so their modules have none (a
+    function less to compile); where rows are partial it is there (checked compiled by the
+    slow test below)."""
+    t = get_template("conv2d")
+    w = conv_workload(8, 6, 24, 3, 1, 2)           # M = 24, weights read in place
+    d = t.default_config(w, 1)
+    assert not d["pack_a"] and 24 % d["mr"] == 0
+    src = t.codegen(w, d)
+    assert "def edge_kernel" not in src and "edge_kernel(" not in src
+    _, w10, cfg = partial_rows_conv()
+    assert t.space(w10, 1).is_valid(cfg)
+    src = t.codegen(w10, cfg)
+    assert "def edge_kernel" in src and "if mlen < MR:" in src and "nlen < NR" not in src
+
+
+def partial_rows_conv():
+    t = get_template("conv2d")
+    w = conv_workload(8, 6, 10, 1, 1, 2, residual=False, pad=0)    # M = 10: rows 8, 9 partial
+    return t, w, t.default_config(w, 1).replace(pack_a=False, mr=4)
+
+
+@pytest.mark.slow   # compiles a module of its own: ~30 s under load, more than the default run's share
+def test_partial_rows_read_in_place_are_exact():
+    t, w, cfg = partial_rows_conv()
+    assert check(w, cfg) is None
+
+
 def test_wrong_kernel_is_caught():
     """The check is not vacuous: a kernel that drops the epilogue's residual fails it."""
     t = get_template("conv2d")
