@@ -5,10 +5,11 @@ the model's kernels as an untuned build does (template defaults), then compiles 
 distinct (module, argument types) pair the build would compile, one after the other in
 this process, into a fresh Numba cache (a temporary directory: nothing is read from or
 left in ``$TUNER_CACHE``). For every module: the CPU time of its compile and the number of
-Numba functions compiled; for every function (``--functions``): its exclusive compile time
-(its own, without the functions it calls, which compile during its type inference), split
-into type inference (with the other front-end passes) and lowering (Numba's lowering, the
-LLVM optimisation of the function with its callees linked in, machine code).
+Numba functions compiled; for every function (``--functions``): its exclusive compile CPU
+time (its own, without the functions it calls, which compile during its type inference),
+split in the proportion of its own wall time in the front end (bytecode to typed IR, type
+inference) and in lowering (Numba's lowering, the LLVM optimisation of the function with
+its callees linked in, machine code; for a parallel function also its parfor lowering).
 
 The first module compiled also pays for the shared runtime helpers (``search_spaces.runtime``),
 so modules are compiled largest-template first and the first figure is indicative only.
@@ -30,10 +31,11 @@ class FunctionTimes:
     callee compiles during its caller's type inference)."""
 
     def __init__(self):
-        self.stack: list[list] = []          # [name, start, child time]
+        self.stack: list[list] = []          # [name, CPU start, wall start, child CPU, child wall]
         self.exclusive: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
         self.children: dict[str, float] = defaultdict(float)
+        self.children_wall: dict[str, float] = defaultdict(float)
 
     def listener(self):
         from numba.core import event
@@ -43,22 +45,27 @@ class FunctionTimes:
         class _L(event.Listener):
             def on_start(self, ev):
                 disp = ev.data["dispatcher"]
-                times.stack.append([disp.py_func.__name__, time.process_time(), 0.0])
+                times.stack.append([disp.py_func.__name__, time.process_time(),
+                                    time.perf_counter(), 0.0, 0.0])
 
             def on_end(self, ev):
-                name, t0, child = times.stack.pop()
-                total = time.process_time() - t0
+                name, t0, w0, child, child_wall = times.stack.pop()
+                total, wall = time.process_time() - t0, time.perf_counter() - w0
                 times.exclusive[name] += total - child
                 times.children[name] += child
+                times.children_wall[name] += child_wall
                 times.calls[name] += 1
                 if times.stack:
-                    times.stack[-1][2] += total
+                    times.stack[-1][3] += total
+                    times.stack[-1][4] += wall
         return _L()
 
 
 def _stages(mod) -> dict[str, tuple[float, float]]:
-    """(front end, lowering) seconds per function of a compiled module, the front end
-    without its callees' compiles (``FunctionTimes.children`` is subtracted by the caller)."""
+    """(front end, lowering) wall seconds per function of a compiled module from Numba's
+    pipeline timings, the front end with its callees' compiles (the caller subtracts
+    ``FunctionTimes.children_wall``); lowering includes the parfor lowering of a parallel
+    function (its body compiled again as a gufunc)."""
     import numba
 
     out: dict[str, tuple[float, float]] = {}
@@ -69,7 +76,7 @@ def _stages(mod) -> dict[str, tuple[float, float]]:
         for cres in obj.overloads.values():
             for pname, t in cres.metadata.get("pipeline_times", {}).get("nopython", {}).items():
                 secs = t.init + t.run + t.finalize
-                if "native_lowering" in pname:
+                if "lowering" in pname:
                     lower += secs
                 else:
                     front += secs
@@ -114,8 +121,11 @@ def profile(path: str, threads: int = 1) -> list[dict]:
         stages = _stages(import_kernel_module(k.path))
         funcs = {}
         for name, excl in ft.exclusive.items():
+            # the exclusive CPU time split in the proportion of the function's own wall time
             front, lower = stages.get(name, (0.0, 0.0))
-            funcs[name] = (excl, max(0.0, front - ft.children[name]), lower)
+            front = max(0.0, front - ft.children_wall[name])
+            share = front / (front + lower) if front + lower > 0 else 0.0
+            funcs[name] = (excl, excl * share, excl * (1 - share))
         first = k.path.read_text().split('"""', 2)[1].splitlines()[0]
         rows.append({"template": k.template.name, "module": k.path.stem, "variant": first,
                      "status": reply.get("status"), "cpu": cpu,
