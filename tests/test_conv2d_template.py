@@ -93,6 +93,36 @@ def test_pointwise_conv_reads_operands_in_place(level):
     assert check(w, packed) is None
 
 
+def test_edge_kernel_only_where_a_tile_can_be_partial():
+    """The scalar edge kernel is generated only when an operand read in place can leave a
+    partial tile (MR does not divide M, or NR does not divide N): the default NCHW configs
+    read the weights in place only where MR divides M, so their modules have none (a
+    function less to compile); where rows are partial it is there (checked compiled by the
+    slow test below)."""
+    t = get_template("conv2d")
+    w = conv_workload(8, 6, 24, 3, 1, 2)           # M = 24, weights read in place
+    d = t.default_config(w, 1)
+    assert not d["pack_a"] and 24 % d["mr"] == 0
+    src = t.codegen(w, d)
+    assert "def edge_kernel" not in src and "edge_kernel(" not in src
+    _, w10, cfg = partial_rows_conv()
+    assert t.space(w10, 1).is_valid(cfg)
+    src = t.codegen(w10, cfg)
+    assert "def edge_kernel" in src and "if mlen < MR:" in src and "nlen < NR" not in src
+
+
+def partial_rows_conv():
+    t = get_template("conv2d")
+    w = conv_workload(8, 6, 10, 1, 1, 2, residual=False, pad=0)    # M = 10: rows 8, 9 partial
+    return t, w, t.default_config(w, 1).replace(pack_a=False, mr=4)
+
+
+@pytest.mark.slow   # compiles a module of its own: ~30 s under load, more than the default run's share
+def test_partial_rows_read_in_place_are_exact():
+    t, w, cfg = partial_rows_conv()
+    assert check(w, cfg) is None
+
+
 def test_wrong_kernel_is_caught():
     """The check is not vacuous: a kernel that drops the epilogue's residual fails it."""
     t = get_template("conv2d")
@@ -258,9 +288,10 @@ def shared_image_conv():
 def test_shared_image_block_is_packed_by_every_thread():
     """At 2 threads a conv whose output rows are split (``parallel='m'``, M = 32 as
     DenseNet-121's 3x3 convs) packs its im2col block, which every thread reads, with the rows
-    shared out in a parallel region (``pack_b_split``: one thread packed it before, 36-50% of
-    those convs' time). Split on N, each thread packs its own block and nothing is shared.
-    (Source only; the compiled kernel is checked by the slow test below.)"""
+    shared out in a parallel region (``pack_b_split_lines``, a prange in the parallel core:
+    one thread packed it before, 36-50% of those convs' time). Split on N, each thread packs
+    its own block and nothing is shared. (Source only; the compiled kernel is checked by the
+    slow test below.)"""
     from search_spaces.gemm_engine.core import splits_pack_b
     from search_spaces.gemm_engine.packing import SPLIT_PACK_MIN
 
@@ -268,10 +299,13 @@ def test_shared_image_block_is_packed_by_every_thread():
     assert cfg["parallel"] == "m" and splits_pack_b(cfg, "im2col_nchw")
     assert 144 * 16 * 17 >= SPLIT_PACK_MIN        # large enough to split at run time
     src = t.codegen(w, cfg)
-    assert "pack_b_split(B, b_base, p0, j0, kc, nc, Bp, geo)" in src and "prange((kc" in src
+    split = "for chunk in prange((kc + step - 1) // step):"
+    core = src.split("def gemm_core")[1]
+    assert split in core and core.index(split) < core.index("for blk in prange(")
+    assert src.count("parallel=True") == 1        # the core only: no parallel function of its own
     by_n = cfg.replace(parallel="n", tile_n=96)
-    assert not splits_pack_b(by_n, "im2col_nchw") and "pack_b_split" not in t.codegen(w, by_n)
-    assert "pack_b_split" not in t.codegen(w, t.default_config(w, max_threads=1))
+    assert not splits_pack_b(by_n, "im2col_nchw") and split not in t.codegen(w, by_n)
+    assert split not in t.codegen(w, t.default_config(w, max_threads=1))
 
 
 @pytest.mark.slow   # compiles a parallel module: ~65 s under load, more than the default run's share

@@ -150,7 +150,7 @@ def test_prologue_outside_a_pointwise_nchw_conv_is_refused():
 @pytest.mark.slow   # compiles a parallel module (about a minute under load)
 def test_prologue_in_a_block_packed_by_every_thread():
     """Split on M at 2 threads, the image block every thread reads is packed by all of them
-    (``pack_b_split``), each applying the prologue to its rows."""
+    (``pack_b_split_lines``: a prange in the parallel core), each applying the prologue to its rows."""
     from search_spaces.gemm_engine.packing import SPLIT_PACK_MIN
 
     g = pre_activation(C=64, H=24, W=24, O=32)
@@ -159,7 +159,9 @@ def test_prologue_in_a_block_packed_by_every_thread():
     t = get_template("conv2d")
     cfg = t.default_config(w, 2).replace(parallel="m", tile_m=16, tile_n=768, threads=2)
     assert t.space(w, 2).is_valid(cfg) and 64 * 576 >= SPLIT_PACK_MIN
-    assert "pack_b_split(B, b_base, p0, j0, kc, nc, Bp, geo, q1, q2)" in t.codegen(w, cfg)
+    src = t.codegen(w, cfg)
+    assert "for chunk in prange(" in src
+    assert "pack_b(B, b_base, p0, j0, kc, nc, Bp, geo, chunk * step, min(kc, (chunk + 1) * step), q1, q2)" in src
     fn = load_kernel(w, t, cfg)
     xs, out = w.make_inputs(), w.make_outputs()
     fn(*xs, *out)

@@ -18,11 +18,12 @@ _AXIS = {  # block loop of each axis: index variable, start, extent, tile, dimen
 
 
 def emit_block_loops(body: list[str], order: str, par: str, at_parallel: list[str],
-                     packs: list[tuple[int, str]]) -> str:
+                     packs: list[tuple[int, str | list[str]]]) -> str:
     """Append the three block loops (``order``, outermost first; ``par`` as ``prange``) to
     ``body``. ``at_parallel`` lines open the parallel loop's body (private buffers); each
-    ``(level, line)`` of ``packs`` is emitted inside the loop at that level. Returns the
-    innermost indentation. Shared by the GEMM kernel and the dense/conv2d core."""
+    ``(level, line)`` of ``packs`` (a statement or a list of them) is emitted inside the loop
+    at that level. Returns the innermost indentation. Shared by the GEMM kernel and the
+    dense/conv2d core."""
     level_par = order.index(par) if par != "none" else -1
     ind = ""
     for lev, axis in enumerate(order):
@@ -36,7 +37,9 @@ def emit_block_loops(body: list[str], order: str, par: str, at_parallel: list[st
         body.append(f"{ind}{ext} = min({tile}, {dim} - {var})")
         if lev == level_par:
             body += [ind + line for line in at_parallel]
-        body += [ind + line for level, line in packs if level == lev]
+        for level, lines in packs:   # a statement, or a list of them
+            if level == lev:
+                body += [ind + line for line in ([lines] if isinstance(lines, str) else lines)]
     return ind
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from search_spaces import isa
 from search_spaces.epilogue import DTYPE_SRC, VECTOR_IMPORTS, Epilogue
-from search_spaces.gemm_engine.packing import pack_a_source, pack_b_source, pack_b_split_source
+from search_spaces.gemm_engine.packing import HELPER_JIT, pack_a_source, pack_b_source, pack_b_split_lines
 from search_spaces.gemm_engine.blocked import emit_block_loops
 from search_spaces.gemm_engine.microkernels import indent, k_loop, register_tile_step
 
@@ -46,8 +46,10 @@ def _ceil(a: int, b: int) -> int:
 
 
 def _jit(parallel: bool = False, fastmath: bool = False) -> str:
+    """The decorator of a helper (``packing.HELPER_JIT``); the entry (``kernel``, written by
+    the template) is ``cache=True``."""
     extra = (", parallel=True" if parallel else "") + (", fastmath=True" if fastmath else "")
-    return f"@numba.njit(cache=True{extra})"
+    return f"@numba.njit({HELPER_JIT}{extra})"
 
 
 class Dims:
@@ -205,6 +207,18 @@ def narrow_kernel_width(c: dict, b_src: str) -> int:
     return half if b_src != "direct" and half >= 4 else 0
 
 
+def edge_condition(c: dict, a_src: str, b_src: str, dims: Dims) -> str:
+    """When a tile runs the scalar edge kernel ("": never, and the module has none): a partial
+    tile of an operand read in place. Cache blocks are multiples of the micro-tile or cover
+    the dimension (``gemm_constraints``), so rows are partial only when MR does not divide M,
+    columns only when NR does not divide N: the default configs read the weights in place
+    only where MR divides M, so their modules carry no edge kernel (~3% of a module's
+    compile)."""
+    M, N = dims.values["M"], dims.values["N"]
+    return " or ".join(x for x in (("mlen < MR" if a_src == "direct" and M % c["mr"] else ""),
+                                   ("nlen < NR" if b_src == "direct" and N % c["nr"] else "")) if x)
+
+
 def edge_source(a_src: str, b_src: str, dims: Dims) -> list[str]:
     a_rs, a_ps, b_ps = _strides(a_src, b_src)
     return [
@@ -291,7 +305,8 @@ def store_source(epi: Epilogue, single_block: bool, mr: int, nr: int, vec: int,
 def splits_pack_b(c: dict, b_src: str) -> bool:
     """Whether packed B blocks are shared by the threads: packed above the parallel block loop
     (``parallel='m'`` with the loop orders whose k and n loops are outside m), so one thread
-    would pack them while the others wait; they are packed by ``pack_b_split`` instead."""
+    would pack them while the others wait; every thread packs a share of them instead
+    (``pack_b_split_lines``)."""
     par, order = c["parallel"], c["loop_order"]
     return (b_src != "direct" and par not in ("none", "g")
             and max(order.index("k"), order.index("n")) < order.index(par))
@@ -331,7 +346,7 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
         + ([alloc_b + " (private)"] if pack_b and level_b >= level_par else [])
     # a B block all threads read (packed above the parallel loop) is packed by all of them
     extra = "".join(", " + n for n in pro.arg_names()) if pro is not None else ""
-    pack_b_call = (f"pack_b_split(B, b_base, p0, j0, kc, nc, Bp, geo{extra})" if splits_pack_b(c, b_src)
+    pack_b_call = (pack_b_split_lines(pro) if splits_pack_b(c, b_src)
                    else f"pack_b(B, b_base, p0, j0, kc, nc, Bp, geo, 0, kc{extra})")
     packs = ([(level_a, "pack_a(A, a_base, i0, p0, mc, kc, Ap, geo)")] if pack_a else []) \
         + ([(level_b, pack_b_call)] if pack_b else [])
@@ -350,8 +365,7 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
              f"{ind}    nlen = min(NR, nc - jr)",
              f"{ind}    for ir in range(0, mc, MR):",
              f"{ind}        mlen = min(MR, mc - ir)"]
-    edge = " or ".join(x for x in (("mlen < MR" if not pack_a else ""),
-                                   ("nlen < NR" if not pack_b else "")) if x)
+    edge = edge_condition(c, a_src, b_src, dims)
     kernels = ([(edge, f"edge_kernel({call}, mlen, nlen{strides})")] if edge else []) \
         + ([("nlen <= NARROW", f"micro_kernel_narrow({micro_call})")] if narrow else [])
     for k, (cond, fn) in enumerate(kernels):
@@ -396,14 +410,12 @@ def module_parts(dims: Dims, dtype: str, c: dict, a_src: str, b_src: str,
         parts.append(pack_a_source(a_src, dims))
     if b_src != "direct":
         parts.append(pack_b_source(b_src, dims, sw, c["nr"], c["vec"], pro))
-        if splits_pack_b(c, b_src):
-            parts.append(pack_b_split_source(pro))
     parts.append(micro_source(c["mr"], c["nr"], c["vec"], a_src, b_src, dims=dims))
     narrow = narrow_kernel_width(c, b_src)
     if narrow:
         parts.append(micro_source(c["mr"], narrow, narrow, a_src, b_src, "micro_kernel_narrow",
                                   c["nr"], dims, chains=narrow_chains(c["mr"])))
-    if a_src == "direct" or b_src == "direct":
+    if edge_condition(c, a_src, b_src, dims):
         parts.append(edge_source(a_src, b_src, dims))
     parts.append(store_source(epi, c["tile_k"] >= dims.values["K"], c["mr"], c["nr"], c["vec"], dims))
     # Measured (ResNet-50, 1 thread, in the model): prefetching pays where the output is

@@ -11,8 +11,17 @@ vectoriser cannot prove the source and the panel buffer apart, and leaves scalar
 from __future__ import annotations
 
 
+# What every generated function but the module's entry is compiled with: it is only ever
+# called from the module's compiled code (linked into its caller), so it needs neither the
+# Python and C wrappers Numba builds for a function called from Python nor an entry of its
+# own in Numba's on-disk cache (the entry's cached machine code holds it). ResNet-50's
+# 2-thread conv modules, in-process compile, CPU time, load ~8 (indicative): 7.5-8.2 s ->
+# 6.3-7.1 s per module (docs/compile-once.md).
+HELPER_JIT = "no_cpython_wrapper=True, no_cfunc_wrapper=True"
+
+
 def _jit() -> str:
-    return "@numba.njit(cache=True)"
+    return f"@numba.njit({HELPER_JIT})"
 
 
 def _geo(dims) -> str:
@@ -238,7 +247,7 @@ def pack_b_source(src: str, dims, sw: int = 1, nr: int = 16, vec: int = 16, pro=
 
 
 # Smallest B block (kc x nc elements) whose packing is split across the threads when the
-# threads share it (``pack_b_split_source``). Below it, one parallel region (~3.5 us on two
+# threads share it (``pack_b_split_lines``). Below it, one parallel region (~3.5 us on two
 # Zen 3 cores, OpenMP layer, threads hot) costs about what the split saves.
 SPLIT_PACK_MIN = 32768
 # Row chunks of a split block (numba.get_num_threads() in the function would keep Numba from
@@ -246,21 +255,20 @@ SPLIT_PACK_MIN = 32768
 SPLIT_PACK_CHUNKS = 16
 
 
-def pack_b_split_source(pro=None) -> list[str]:
-    """pack_b_split(...): ``pack_b`` of a block every thread reads (packed above the parallel
-    block loop, e.g. the image of an NCHW conv whose output rows are split), its rows shared
-    out over the threads in one parallel region. Without it one thread packs while the others
-    wait: DenseNet-121's 3x3 convs (M = 32, K = 1152) spend 36-50% of their one-thread time
-    in the im2col packing, serial at two threads."""
+def pack_b_split_lines(pro=None) -> list[str]:
+    """The statements, in the parallel ``gemm_core`` above its parallel block loop, that pack
+    a B block every thread reads (e.g. the image of an NCHW conv whose output rows are split)
+    with its rows shared out over the threads in one parallel region. Without it one thread
+    packs while the others wait: DenseNet-121's 3x3 convs (M = 32, K = 1152) spend 36-50% of
+    their one-thread time in the im2col packing, serial at two threads. (A parallel function
+    of its own, ``pack_b_split``, cost every such module ~0.9 s more compile CPU than this
+    prange in the function that already is parallel.)"""
     extra = "".join(", " + n for n in pro.arg_names()) if pro is not None else ""
     return [
-        "@numba.njit(cache=True, parallel=True)",
-        f"def pack_b_split(B, b_base, p0, j0, kc, nc, Bp, geo{extra}):",
-        '    """pack_b of the whole block, its kc rows split across the threads."""',
-        f"    if kc * nc < {SPLIT_PACK_MIN}:",
-        f"        pack_b(B, b_base, p0, j0, kc, nc, Bp, geo, 0, kc{extra})",
-        "        return",
+        f"if kc * nc < {SPLIT_PACK_MIN}:   # small block: packed by one thread",
+        f"    pack_b(B, b_base, p0, j0, kc, nc, Bp, geo, 0, kc{extra})",
+        "else:   # its kc rows split across the threads",
         f"    step = (kc + {SPLIT_PACK_CHUNKS - 1}) // {SPLIT_PACK_CHUNKS}   # rows per chunk; prange deals the chunks out",
-        "    for t in prange((kc + step - 1) // step):",
-        f"        pack_b(B, b_base, p0, j0, kc, nc, Bp, geo, t * step, min(kc, (t + 1) * step){extra})",
+        "    for chunk in prange((kc + step - 1) // step):",
+        f"        pack_b(B, b_base, p0, j0, kc, nc, Bp, geo, chunk * step, min(kc, (chunk + 1) * step){extra})",
     ]

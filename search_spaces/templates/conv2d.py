@@ -39,8 +39,11 @@ from workloads.errors import InstantiationError
 
 class Conv2dTemplate(Template):
     name = "conv2d"
-    version = 5   # 4: shared B blocks packed by every thread (pack_b_split), two-chain narrow kernel
-    #               5: a per-channel prologue (batch norm + relu before a 1x1 conv) applied in pack_b
+    # 4: shared B blocks packed by every thread (pack_b_split), two-chain narrow kernel;
+    # 5: a per-channel prologue (batch norm + relu before a 1x1 conv) applied in pack_b;
+    # 6: the split packing a prange of the parallel core (no parallel function of its own),
+    # the edge kernel only where a tile can be partial, helpers without wrappers or cache
+    version = 6
     workload_kind = "conv2d"
     entry = "kernel"
     # Cache blocks are arguments (with the shape and geometry: ``dims``); configs differing in

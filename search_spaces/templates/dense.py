@@ -37,7 +37,7 @@ DOT_ROWS = 4
 
 class DenseTemplate(Template):
     name = "dense"
-    version = 5   # 5: the GEMM core of conv2d v4
+    version = 6   # 5: the GEMM core of conv2d v4; 6: of conv2d v6
     workload_kind = "dense"
     entry = "kernel"
     # blocks are arguments (with the shape: ``dims``), not part of the source

@@ -171,9 +171,31 @@ def _cached(path: Path, cache: Path) -> bool:
     return bool(glob.glob(str(cache / "numba" / "**" / f"{path.stem}.*.nbi"), recursive=True))
 
 
+def build_request(k: _Kernel) -> dict:
+    """The build worker's request compiling kernel ``k`` (``tuner.measure.worker.build``)."""
+    from search_spaces.template import prepared_inputs
+
+    return {"path": str(k.path), "entry": k.template.entry,
+            "runtime_args": list(k.template.runtime_args(k.workload, k.config)),
+            "arg_specs": k.workload.input_specs() + k.workload.output_specs(),
+            "prepared": list(prepared_inputs(k.template, k.workload, k.config)),
+            "n_inputs": len(k.workload.input_specs())}
+
+
+def compile_cost(path: Path) -> int:
+    """A module's expected compile time, for ordering: longest first, so no worker is left
+    with a long compile while the others idle at the end of the build. A parallel function
+    (parfor lowering, its body compiled again as a gufunc) about doubles a module's compile,
+    which otherwise grows with its generated source (docs/compile-once.md, "Cold builds")."""
+    try:
+        src = Path(path).read_text()
+    except OSError:
+        return 0
+    return len(src) * (2 if "parallel=True" in src else 1)
+
+
 def _compile_in_workers(kernels: list[_Kernel], jobs: int, threads: int, cache: Path) -> dict:
     """Compile every distinct uncached source in ``jobs`` worker processes; path -> reply."""
-    from search_spaces.template import prepared_inputs
     from tuner.measure.pool import Worker, worker_env
 
     # Shape-generic modules are shared by layers: one compile per module and argument types.
@@ -192,7 +214,7 @@ def _compile_in_workers(kernels: list[_Kernel], jobs: int, threads: int, cache: 
     log_dir = str(cache / "worker-logs")
     os.makedirs(log_dir, exist_ok=True)
     workers = [Worker(f"modelbuild{i}-{os.getpid()}", env, log_dir) for i in range(n)]
-    pending = list(todo.items())
+    pending = sorted(todo.items(), key=lambda item: -compile_cost(item[0][0]))
     replies: dict[Path, dict] = {}
 
     def loop(worker) -> None:
@@ -201,12 +223,7 @@ def _compile_in_workers(kernels: list[_Kernel], jobs: int, threads: int, cache: 
                 (path, _sig), k = pending.pop(0)
             except IndexError:
                 return
-            req = {"path": str(path), "entry": k.template.entry,
-                   "runtime_args": list(k.template.runtime_args(k.workload, k.config)),
-                   "arg_specs": k.workload.input_specs() + k.workload.output_specs(),
-                   "prepared": list(prepared_inputs(k.template, k.workload, k.config)),
-                   "n_inputs": len(k.workload.input_specs())}
-            reply = worker.call("build", req, 600.0)
+            reply = worker.call("build", build_request(k), 600.0)
             if replies.get(path, {}).get("status", "OK") == "OK":
                 replies[path] = reply
 
