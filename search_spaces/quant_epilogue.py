@@ -12,6 +12,12 @@ accumulator, in exactly the reference's arithmetic:
 
 The kernel adds the bias with the zero-point correction folded in (``corr[c] = bias[c] -
 x_zero_point * sum_k w[c, k]``): ``acc + corr`` is then the reference's ``acc + bias``.
+
+``tile_statements`` is the same arithmetic on a register tile (the micro-kernel's int32
+accumulators, 8 lanes per vector): ``vcvt_f32``, ``vmul``, ``vrint``, ``vmax``/``vmin``,
+``vcvt_i32`` and the saturating packs of ``runtime/simd_int8`` (AVX2), so an 8-bit output
+row of the tile leaves as 16 bytes per pair of vectors; a partial tile at the edge spills
+to a local int32 tile and takes ``statements`` element by element.
 """
 from __future__ import annotations
 
@@ -92,3 +98,91 @@ def bias_param(epilogue: list[dict]) -> tuple[int, bool] | None:
 def operand_params(epilogue: list[dict]) -> list[int]:
     """Parameter indices of the qadd operands."""
     return [e["others"][0][0] for e in epilogue[1:] if e["op"] == "qadd"]
+
+
+def tile_reason(epilogue: list[dict]) -> str | None:
+    """Why the epilogue has no register-tile form (None: it has one): an 8-bit requantize,
+    then any number of 8-bit qadds."""
+    if not epilogue:
+        return "no requantize (int32 output)"
+    if epilogue[0]["attrs"]["dtype"] == "float32":
+        return "a float32 requantize output"
+    for e in epilogue[1:]:
+        if e["op"] != "qadd":
+            return f"a {e['op']} after the requantize"
+    return None
+
+
+def _splat(name: str, x: float, lanes: int) -> str:
+    return f"{name} = vsplat({_f32(x)}, {lanes})"
+
+
+def _clamp_splats(tag: str, attrs: dict, lanes: int) -> list[str]:
+    lo, hi = QRANGE[attrs["dtype"]]
+    qmin = lo if attrs.get("qmin") is None else attrs["qmin"]
+    qmax = hi if attrs.get("qmax") is None else attrs["qmax"]
+    return [_splat(f"zp{tag}", attrs["zero_point"], lanes), _splat(f"lo{tag}", qmin, lanes),
+            _splat(f"hi{tag}", qmax, lanes)]
+
+
+def tile_statements(epilogue: list[dict], acc: list[list[str]], lanes: int, n: int) -> list[str]:
+    """The write-back of a micro-kernel's int32 register tile ``acc[r][v]`` (row r, vector v
+    of ``lanes`` lanes; an even number per row) as the epilogue's 8-bit levels into the flat
+    output ``C`` (rows of ``n`` channels), reading ``corr``, ``sc`` and the flat qadd
+    operands ``e<k>`` at ``ci``, ``cj``. A full tile in registers; a partial one (``mlen`` <
+    MR or ``nlen`` < NR) spilled and done by ``statements``."""
+    if tile_reason(epilogue) is not None or lanes != 8 or len(acc[0]) % 2:
+        raise ValueError("no register-tile form for this epilogue or tile")
+    mr, nv = len(acc), len(acc[0])
+    rq = epilogue[0]
+    per_channel = rq["others"][1][1][0] != 1
+    out = epilogue[-1]["attrs"]["dtype"]
+    pack = "vpack_u8" if out == "uint8" else "vpack_i8"
+    full = ["# requantize in registers: int32 + corr -> float32 * scale -> rint + zp -> clamp,",
+            f"# packed to bytes ({pack}): {2 * lanes} output bytes per row and pair of vectors"]
+    for v in range(nv):
+        full.append(f"k{v} = vload(corr, cj + {v * lanes}, {lanes})   # zero-point-corrected bias")
+        if per_channel:
+            full.append(f"s{v} = vload(sc, cj + {v * lanes}, {lanes})   # per-channel scale")
+    if not per_channel:
+        full.append(f"s = vsplat(sc[0], {lanes})")
+    full += _clamp_splats("0", rq["attrs"], lanes)
+    for t, e in enumerate(epilogue[1:], 1):
+        a = e["attrs"]
+        full += [_splat(f"az{t}", a["a_zero_point"], lanes), _splat(f"am{t}", a["a_mul"], lanes),
+                 _splat(f"bz{t}", a["b_zero_point"], lanes), _splat(f"bm{t}", a["b_mul"], lanes)]
+        full += _clamp_splats(str(t), a, lanes)
+    for r in range(mr):
+        row = f"(ci + {r}) * {n} + cj"
+        for p in range(nv // 2):
+            for t, e in enumerate(epilogue[1:], 1):
+                (k, _, _), = e["others"]
+                full.append(f"o{t} = vload(e{k}, {row} + {2 * p * lanes}, {2 * lanes})   # qadd operand bytes")
+            xs = []
+            for h in range(2):
+                v = 2 * p + h
+                x = f"x{h}"
+                s = f"s{v}" if per_channel else "s"
+                full += [f"{x} = vmul(vcvt_f32(vadd({acc[r][v]}, k{v})), {s})",
+                         f"{x} = vmin(vmax(vadd(vrint({x}), zp0), lo0), hi0)"]
+                for t, e in enumerate(epilogue[1:], 1):
+                    other = f"vcvt_f32(vwiden_i32(o{t}, {h * lanes}, {lanes}))"
+                    first, second = (x, other) if e["operand"] == 0 else (other, x)
+                    full += [f"{x} = vadd(vmul(vsub({first}, az{t}), am{t}), vmul(vsub({second}, bz{t}), bm{t}))",
+                             f"{x} = vmin(vmax(vadd(vrint({x}), zp{t}), lo{t}), hi{t})"]
+                xs.append(x)
+            full.append(f"vstore(C, {row} + {2 * p * lanes}, {pack}(vcvt_i32(x0), vcvt_i32(x1)))")
+    stmts, store = statements(epilogue, "j", f"i * {n} + j")
+    part = ["# partial tile at the edge: spill, then element by element",
+            "t = np.empty((MR, NR), np.int32)"]
+    for r in range(mr):
+        part += [f"vstore(t, {r * nv * lanes + v * lanes}, {acc[r][v]})" for v in range(nv)]
+    part += ["for r in range(mlen):",
+             "    i = ci + r",
+             "    for cc in range(nlen):",
+             "        j = cj + cc",
+             "        v = np.int32(t[r, cc] + corr[j])"]
+    part += ["        " + ln for ln in stmts]
+    part += [f"        C[i * {n} + j] = {store}"]
+    return (["if mlen == MR and nlen == NR:"] + ["    " + ln for ln in full]
+            + ["else:"] + ["    " + ln for ln in part])

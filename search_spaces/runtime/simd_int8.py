@@ -17,6 +17,21 @@ the dot products of ``G``-element groups: lane ``j`` gets ``sum_t a[G j + t] * b
     vdot_vnni(acc, a, b)         a uint8 x b int8, groups of 4: vpdpbusd (AVX512-VNNI /
                                  AVX-VNNI; exact: products are summed in int32)
 
+The requantize of a register tile (``quant_anchor``'s ``requantize="registers"``: the int32
+accumulators to 8-bit levels without leaving the registers):
+
+    vcvt_f32(v)                  int32 lanes to float32 (vcvtdq2ps; rounds to nearest as
+                                 NumPy's float32(int32) does)
+    vcvt_i32(v)                  float32 lanes to int32, truncating (vcvttps2dq; the lanes hold
+                                 integers already: rounded and clamped)
+    vrint(v)                     float32 lanes rounded half to even (vroundps $4, np.rint)
+    vpack_u8(lo, hi)             two 8-lane int32 vectors to 16 bytes lo[0..7], hi[0..7] with
+    vpack_i8(lo, hi)             saturating packs: vpackssdw (int32 to int16), then vpackuswb /
+                                 vpacksswb (int16 to uint8 / int8) and one dword shuffle
+                                 (AVX2 packs within 128-bit halves)
+    vwiden_i32(v, start, lanes)  lanes start..start+lanes-1 of an 8-bit vector as int32 (zero-
+                                 or sign-extended as its type says: a residual operand's bytes)
+
 Which LLVM intrinsic each emits, per vector width, is the table ``INTRINSICS``; the emitters
 are plain functions on an llvmlite ``IRBuilder`` (``emit_dot``), so the AVX-512 forms can be
 checked as LLVM IR and assembly for an AVX-512 CPU on a machine that cannot run them.
@@ -119,3 +134,94 @@ def _dot_intrinsic(kind: str):
 vdot_maddubs = _dot_intrinsic("maddubs")
 vdot_madd16 = _dot_intrinsic("madd16")
 vdot_vnni = _dot_intrinsic("vnni")
+
+
+# -- the requantize of a register tile --------------------------------------------------------
+def _vec_of(v, dtype, what: str):
+    if not (isinstance(v, Vec) and v.dtype == dtype):
+        raise TypingError(f"{what} needs a vector of {dtype}, got {v}")
+
+
+@intrinsic
+def vcvt_f32(typingctx, v):
+    """int32 lanes as float32 (sitofp: vcvtdq2ps)."""
+    _vec_of(v, types.int32, "vcvt_f32")
+    vt = Vec(types.float32, v.lanes)
+
+    def codegen(context, builder, sig, args):
+        return builder.sitofp(args[0], context.get_value_type(vt))
+    return vt(v), codegen
+
+
+@intrinsic
+def vcvt_i32(typingctx, v):
+    """float32 lanes as int32, truncating (fptosi: vcvttps2dq)."""
+    _vec_of(v, types.float32, "vcvt_i32")
+    vt = Vec(types.int32, v.lanes)
+
+    def codegen(context, builder, sig, args):
+        return builder.fptosi(args[0], context.get_value_type(vt))
+    return vt(v), codegen
+
+
+@intrinsic
+def vrint(typingctx, v):
+    """float32 lanes rounded to the nearest integer, half to even (llvm.rint: vroundps $4)."""
+    _vec_of(v, types.float32, "vrint")
+
+    def codegen(context, builder, sig, args):
+        x = args[0]
+        fn = _declare(builder, f"llvm.rint.v{v.lanes}f32", x.type, [x.type])
+        return builder.call(fn, [x])
+    return v(v), codegen
+
+
+def _pack_intrinsic(signed: bool):
+    out = types.int8 if signed else types.uint8
+    name = "vpack_i8" if signed else "vpack_u8"
+
+    def typer(typingctx, lo, hi):
+        if not (isinstance(lo, Vec) and lo == hi and lo.dtype == types.int32 and lo.lanes == 8):
+            raise TypingError(f"{name} packs two 8-lane int32 vectors, got {lo}, {hi}")
+        vt = Vec(out, 16)
+
+        def codegen(context, builder, sig, args):
+            v8i32, v16i16 = ir.VectorType(I32, 8), ir.VectorType(I16, 16)
+            v8i16, v16i8 = ir.VectorType(I16, 8), ir.VectorType(I8, 16)
+            # [lo0-3 hi0-3 | lo4-7 hi4-7] as int16 (saturating)
+            w = builder.call(_declare(builder, "llvm.x86.avx2.packssdw", v16i16, [v8i32, v8i32]),
+                             list(args))
+            x = builder.shuffle_vector(w, w, ir.Constant(ir.VectorType(I32, 8), list(range(8))))
+            y = builder.shuffle_vector(w, w, ir.Constant(ir.VectorType(I32, 8), list(range(8, 16))))
+            pack = "llvm.x86.sse2.packsswb.128" if signed else "llvm.x86.sse2.packuswb.128"
+            b = builder.call(_declare(builder, pack, v16i8, [v8i16, v8i16]), [x, y])
+            # bytes [lo0-3 hi0-3 lo4-7 hi4-7] -> [lo0-7 hi0-7]: one dword shuffle
+            order = [0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15]
+            return builder.shuffle_vector(b, b, ir.Constant(ir.VectorType(I32, 16), order))
+        return vt(lo, hi), codegen
+    typer.__name__ = name
+    return intrinsic(typer)
+
+
+vpack_u8 = _pack_intrinsic(False)
+vpack_i8 = _pack_intrinsic(True)
+
+
+@intrinsic
+def vwiden_i32(typingctx, v, start, lanes):
+    """Lanes start .. start+lanes-1 of an 8-bit vector as int32 (zext for uint8, sext for int8)."""
+    if not (isinstance(v, Vec) and v.dtype in (types.uint8, types.int8)):
+        raise TypingError(f"vwiden_i32 needs an 8-bit integer vector, got {v}")
+    if not isinstance(start, types.IntegerLiteral):
+        raise TypingError("vwiden_i32 needs a compile-time start lane")
+    n, s0 = _lanes(lanes), start.literal_value
+    if s0 < 0 or s0 + n > v.lanes:
+        raise TypingError(f"vwiden_i32: lanes {s0}..{s0 + n - 1} outside {v}")
+    vt = Vec(types.int32, n)
+
+    def codegen(context, builder, sig, args):
+        x = args[0]
+        part = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(I32, n), list(range(s0, s0 + n))))
+        ext = builder.sext if v.dtype.signed else builder.zext
+        return ext(part, context.get_value_type(vt))
+    return vt(v, start, lanes), codegen
