@@ -16,8 +16,8 @@ x_zero_point * sum_k w[c, k]``): ``acc + corr`` is then the reference's ``acc + 
 ``tile_statements`` is the same arithmetic on a register tile (the micro-kernel's int32
 accumulators, 8 lanes per vector): ``vcvt_f32``, ``vmul``, ``vrint``, ``vmax``/``vmin``,
 ``vcvt_i32`` and the saturating packs of ``runtime/simd_int8`` (AVX2), so an 8-bit output
-row of the tile leaves as 16 bytes per pair of vectors; a partial tile at the edge spills
-to a local int32 tile and takes ``statements`` element by element.
+row of the tile leaves as 16 bytes per pair of vectors; a partial tile at the edge takes
+``statements`` lane by lane.
 """
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def tile_statements(epilogue: list[dict], acc: list[list[str]], lanes: int, n: i
     of ``lanes`` lanes; an even number per row) as the epilogue's 8-bit levels into the flat
     output ``C`` (rows of ``n`` channels), reading ``corr``, ``sc`` and the flat qadd
     operands ``e<k>`` at ``ci``, ``cj``. A full tile in registers; a partial one (``mlen`` <
-    MR or ``nlen`` < NR) spilled and done by ``statements``."""
+    MR or ``nlen`` < NR) lane by lane (``vlane``) through ``statements``."""
     if tile_reason(epilogue) is not None or lanes != 8 or len(acc[0]) % 2:
         raise ValueError("no register-tile form for this epilogue or tile")
     mr, nv = len(acc), len(acc[0])
@@ -173,16 +173,15 @@ def tile_statements(epilogue: list[dict], acc: list[list[str]], lanes: int, n: i
                 xs.append(x)
             full.append(f"vstore(C, {row} + {2 * p * lanes}, {pack}(vcvt_i32(x0), vcvt_i32(x1)))")
     stmts, store = statements(epilogue, "j", f"i * {n} + j")
-    part = ["# partial tile at the edge: spill, then element by element",
-            "t = np.empty((MR, NR), np.int32)"]
+    # no spill array: the accumulators are read lane by lane
+    part = ["# partial tile at the edge: lane by lane, what fits"]
     for r in range(mr):
-        part += [f"vstore(t, {r * nv * lanes + v * lanes}, {acc[r][v]})" for v in range(nv)]
-    part += ["for r in range(mlen):",
-             "    i = ci + r",
-             "    for cc in range(nlen):",
-             "        j = cj + cc",
-             "        v = np.int32(t[r, cc] + corr[j])"]
-    part += ["        " + ln for ln in stmts]
-    part += [f"        C[i * {n} + j] = {store}"]
+        part += [f"if {r} < mlen:", f"    i = ci + {r}"]
+        for v in range(nv):
+            part += [f"    for cc in range(min({lanes}, nlen - {v * lanes})):",
+                     f"        j = cj + {v * lanes} + cc",
+                     f"        v = np.int32(vlane({acc[r][v]}, cc) + corr[j])"]
+            part += ["        " + ln for ln in stmts]
+            part += [f"        C[i * {n} + j] = {store}"]
     return (["if mlen == MR and nlen == NR:"] + ["    " + ln for ln in full]
             + ["else:"] + ["    " + ln for ln in part])

@@ -166,18 +166,21 @@ def _group_loop(unroll: int, body) -> list[str]:
 
 def micro_kernel_source(mr: int, nr: int, lanes: int, group: int, dot: str, unroll: int,
                         panel_depth: str | None = "KG", tile_store=None,
-                        extra: tuple[str, ...] = ()) -> list[str]:
+                        extra: tuple[str, ...] = (), inline: bool = False) -> list[str]:
     """MR x NR int32 tile as MR x NR/LANES vector accumulators; per K group: NR/LANES loads of
     the B panel, MR broadcasts of an A group, MR x NR/LANES ``vdot_<dot>`` steps.
     ``panel_depth``: K groups of a packed panel, a module constant; None when the cache block
     is a runtime argument: the packed buffer's own extent is read. ``tile_store(acc)``: the
     lines writing the accumulators (default: int32 stores into C, ``vector_tile_store_lines``),
-    reading the ``extra`` parameters (e.g. the requantize of ``quant_anchor``)."""
+    reading the ``extra`` parameters (e.g. the requantize of ``quant_anchor``). ``inline``:
+    Numba inlines the micro-kernel into the macro-kernel's loop (``inline="always"``): no call
+    per tile, whose passing of some 30 arguments and reference counting of the array
+    arguments cost as much as a K = 64 tile's requantize."""
     nv = nr // lanes
     acc = [[f"c_{r}_{v}" for v in range(nv)] for r in range(mr)]
     more = "".join(f", {x}" for x in extra)
     head = [
-        "@numba.njit(cache=True)",
+        "@numba.njit(cache=True)" if not inline else '@numba.njit(cache=True, inline="always")   # no call per tile',
         f"def micro_kernel(AA, ai, BB, bj, p0, kc, C, ci, cj, mlen, nlen, first{more}):",
         f'    """{mr} x {nr} int32 tile of C in {mr * nv} vectors of {lanes} lanes, over the K block.',
         "",
@@ -293,7 +296,8 @@ def engine_parts(c: dict, *, pack_a: list[str] | None = None, b_layout: str = "K
     (taking the ``runtime`` tile knobs as arguments, set up by ``prologue``). ``b_packed``:
     ``name`` takes B packed ahead (``pack_b_all``, also emitted; module-constant tiles only).
     ``tile_store``/``extra``: the micro-kernel's write-back and its further parameters
-    (``micro_kernel_source``), passed by ``name`` after C."""
+    (``micro_kernel_source``), passed by ``name`` after C; with a ``tile_store`` the
+    micro-kernel is inlined into ``name``."""
     group, a_pack, b_pack = OPERANDS[c["dot"]]
     lanes = c["vec"] // 32
     if b_packed and runtime:
@@ -303,7 +307,8 @@ def engine_parts(c: dict, *, pack_a: list[str] | None = None, b_layout: str = "K
             pack_a if pack_a is not None else pack_a_source(), pack_b_source(b_layout),
             *([pack_b_all_source()] if b_packed else []),
             micro_kernel_source(c["mr"], c["nr"], lanes, group, c["dot"], c["unroll_k"],
-                                "KG" if "tile_k" not in runtime else None, tile_store, extra),
+                                "KG" if "tile_k" not in runtime else None, tile_store, extra,
+                                inline=tile_store is not None),
             kernel_source(c, name, runtime, prologue, b_packed, extra)]
 
 

@@ -29,6 +29,8 @@ accumulators to 8-bit levels without leaving the registers):
     vpack_i8(lo, hi)             saturating packs: vpackssdw (int32 to int16), then vpackuswb /
                                  vpacksswb (int16 to uint8 / int8) and one dword shuffle
                                  (AVX2 packs within 128-bit halves)
+    vlane(v, k)                  lane k of v (a run-time index: the partial tile at C's edge
+                                 reads its accumulators lane by lane, with no spill array)
     vwiden_i32(v, start, lanes)  lanes start..start+lanes-1 of an 8-bit vector as int32 (zero-
                                  or sign-extended as its type says: a residual operand's bytes)
 
@@ -225,3 +227,17 @@ def vwiden_i32(typingctx, v, start, lanes):
         ext = builder.sext if v.dtype.signed else builder.zext
         return ext(part, context.get_value_type(vt))
     return vt(v, start, lanes), codegen
+
+
+@intrinsic
+def vlane(typingctx, v, k):
+    """Lane ``k`` of ``v`` (extractelement; k in range by construction)."""
+    if not isinstance(v, Vec):
+        raise TypingError(f"vlane needs a vector, got {v}")
+    if not isinstance(k, types.Integer):
+        raise TypingError(f"vlane needs an integer lane, got {k}")
+
+    def codegen(context, builder, sig, args):
+        return builder.extract_element(args[0], builder.trunc(args[1], I32) if args[1].type.width > 32
+                                       else args[1])
+    return v.dtype(v, k), codegen

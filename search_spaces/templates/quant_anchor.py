@@ -189,7 +189,7 @@ class QuantAnchorTemplate(Template):
         if par and "from numba import prange" not in imports:
             imports.append("from numba import prange")
         if in_registers:
-            imports += ["from search_spaces.runtime.simd_int8 import vcvt_f32, vcvt_i32, vpack_i8, "
+            imports += ["from search_spaces.runtime.simd_int8 import vcvt_f32, vcvt_i32, vlane, vpack_i8, "
                         "vpack_u8, vrint, vwiden_i32",
                         "from search_spaces.runtime.vector_ops import vmax, vmin, vmul, vsub"]
         parts = [head + imports + [""] + consts]
