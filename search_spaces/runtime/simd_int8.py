@@ -29,6 +29,13 @@ accumulators to 8-bit levels without leaving the registers):
     vpack_i8(lo, hi)             saturating packs: vpackssdw (int32 to int16), then vpackuswb /
                                  vpacksswb (int16 to uint8 / int8) and one dword shuffle
                                  (AVX2 packs within 128-bit halves)
+    vconcat(a, b)                a's lanes then b's (one vector of twice the lanes)
+    vstore_t4(arr, i, stride, v) the 4 rows of L lanes of v (4L lanes, row r = lanes rL..rL+L-1)
+                                 stored transposed: arr.flat[i + c*stride + r] = v[rL + c], one
+                                 4-byte store per column c (an NCHW output: 4 pixels of a
+                                 channel are contiguous, channels ``stride`` apart)
+    vload_t4(arr, i, stride, L)  the inverse: lane rL + c = arr.flat[i + c*stride + r] (an NCHW
+                                 residual operand's 4 pixels x L channels as 4 rows)
     vlane(v, k)                  lane k of v (a run-time index: the partial tile at C's edge
                                  reads its accumulators lane by lane, with no spill array)
     vwiden_i32(v, start, lanes)  lanes start..start+lanes-1 of an 8-bit vector as int32 (zero-
@@ -46,7 +53,7 @@ from numba.core import cgutils
 from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
-from search_spaces.runtime.simd import Vec, _contiguous, _flat_ptr, _lanes, _splat
+from search_spaces.runtime.simd import Vec, _contiguous, _flat_ptr, _lanes, _splat, _vector_of
 
 I8, I16, I32 = ir.IntType(8), ir.IntType(16), ir.IntType(32)
 
@@ -241,3 +248,70 @@ def vlane(typingctx, v, k):
         return builder.extract_element(args[0], builder.trunc(args[1], I32) if args[1].type.width > 32
                                        else args[1])
     return v.dtype(v, k), codegen
+
+
+@intrinsic
+def vconcat(typingctx, a, b):
+    """a's lanes, then b's."""
+    if not (isinstance(a, Vec) and a == b):
+        raise TypingError(f"vconcat needs two equal vector types, got {a}, {b}")
+    vt = Vec(a.dtype, 2 * a.lanes)
+
+    def codegen(context, builder, sig, args):
+        return builder.shuffle_vector(args[0], args[1],
+                                      ir.Constant(ir.VectorType(I32, 2 * a.lanes), list(range(2 * a.lanes))))
+    return vt(a, b), codegen
+
+
+def _transpose4_mask(cols: int, to_rows: bool) -> list[int]:
+    """Lane permutation between rows (lane r*cols + c) and columns (lane 4c + r)."""
+    if to_rows:   # column-major lanes -> row-major
+        return [4 * c + r for r in range(4) for c in range(cols)]
+    return [r * cols + c for c in range(cols) for r in range(4)]
+
+
+def _check_t4(arr, what: str):
+    _contiguous(arr, what)
+    if arr.dtype not in (types.uint8, types.int8):
+        raise TypingError(f"{what} needs an 8-bit integer array, got {arr}")
+
+
+@intrinsic
+def vstore_t4(typingctx, arr, i, stride, v):
+    """v as 4 rows of v.lanes/4 bytes, stored transposed: column c's 4 bytes at i + c*stride."""
+    _check_t4(arr, "vstore_t4")
+    _vector_of(arr, v, "vstore_t4")
+    if v.lanes % 4:
+        raise TypingError(f"vstore_t4 needs 4 rows, got {v}")
+    cols = v.lanes // 4
+
+    def codegen(context, builder, sig, args):
+        x = args[3]
+        cm = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(I32, v.lanes), _transpose4_mask(cols, False)))
+        words = builder.bitcast(cm, ir.VectorType(I32, cols))
+        base = _flat_ptr(context, builder, sig.args[0], args[0], args[1])
+        for c in range(cols):
+            off = builder.mul(args[2], ir.Constant(args[2].type, c))
+            ptr = builder.bitcast(builder.gep(base, [off]), I32.as_pointer())
+            builder.store(builder.extract_element(words, ir.Constant(I32, c)), ptr, align=1)
+        return context.get_dummy_value()
+    return types.none(arr, i, stride, v), codegen
+
+
+@intrinsic
+def vload_t4(typingctx, arr, i, stride, lanes):
+    """4 rows of ``lanes`` bytes: lane r*lanes + c = arr.flat[i + c*stride + r]."""
+    _check_t4(arr, "vload_t4")
+    cols = _lanes(lanes)
+    vt = Vec(arr.dtype, 4 * cols)
+
+    def codegen(context, builder, sig, args):
+        base = _flat_ptr(context, builder, sig.args[0], args[0], args[1])
+        words = ir.Constant(ir.VectorType(I32, cols), ir.Undefined)
+        for c in range(cols):
+            off = builder.mul(args[2], ir.Constant(args[2].type, c))
+            ptr = builder.bitcast(builder.gep(base, [off]), I32.as_pointer())
+            words = builder.insert_element(words, builder.load(ptr, align=1), ir.Constant(I32, c))
+        cm = builder.bitcast(words, context.get_value_type(vt))
+        return builder.shuffle_vector(cm, cm, ir.Constant(ir.VectorType(I32, 4 * cols), _transpose4_mask(cols, True)))
+    return vt(arr, i, stride, lanes), codegen

@@ -64,8 +64,9 @@ class QuantAnchorTemplate(Template):
         if c.get("requantize", "pass") == "pass":
             return None
         g = w.geometry
-        if self.out_index(w)[1] != f"i * {g['N']} + j":
-            return "requantize in registers needs rows of contiguous output channels (NHWC, dense)"
+        nchw = self.out_index(w)[1] != f"i * {g['N']} + j"
+        if nchw and c["mr"] % 4:
+            return f"requantize in registers with NCHW outputs stores 4 pixels per channel (mr a multiple of 4, not {c['mr']})"
         reason = qe.tile_reason(w.epilogue)
         if reason is not None:
             return f"requantize in registers needs an 8-bit requantize (+ qadd) epilogue, not {reason}"
@@ -159,8 +160,10 @@ class QuantAnchorTemplate(Template):
             extra = ("corr", "sc") + tuple(f"e{k}" for k in qe.operand_params(epi))
             lanes = c["vec"] // 32
 
+            nchw = flat != f"i * {N} + j"
+
             def tile_store(acc):
-                return qe.tile_statements(epi, acc, lanes, N)
+                return qe.tile_statements(epi, acc, lanes, N, nchw)
         else:
             body += ["acc = np.empty((M, N), np.int32)",
                      "gemm(A, BP, acc)"]
@@ -189,8 +192,8 @@ class QuantAnchorTemplate(Template):
         if par and "from numba import prange" not in imports:
             imports.append("from numba import prange")
         if in_registers:
-            imports += ["from search_spaces.runtime.simd_int8 import vcvt_f32, vcvt_i32, vlane, vpack_i8, "
-                        "vpack_u8, vrint, vwiden_i32",
+            imports += ["from search_spaces.runtime.simd_int8 import vconcat, vcvt_f32, vcvt_i32, vlane, vload_t4, "
+                        "vpack_i8, vpack_u8, vrint, vstore_t4, vwiden_i32",
                         "from search_spaces.runtime.vector_ops import vmax, vmin, vmul, vsub"]
         parts = [head + imports + [""] + consts]
         parts += i8.engine_parts(c, pack_a=pack_a, b_layout=b_layout, name="gemm", b_packed=True,
