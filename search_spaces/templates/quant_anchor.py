@@ -20,6 +20,15 @@ other template. What differs is where A and B come from and what happens to C:
 Then, per output element, ``acc + corr[c]`` with ``corr[c] = bias[c] - x_zero_point *
 sum_k w[c, k]`` (the zero-point correction folded into the bias, computed with the packing of
 B), and the epilogue of ``search_spaces.quant_epilogue``: bit-exact against the reference.
+
+Knob ``requantize`` (version 3) says where that epilogue runs: ``pass``, the GEMM writes the
+int32 [M, N] accumulator and one vectorized pass requantizes it; ``registers``, the
+micro-kernel's tile store requantizes its int32 accumulators (``vcvtdq2ps``, scale,
+``vroundps``, clamp, saturating packs) and stores bytes (``quant_epilogue.tile_statements``):
+16 contiguous bytes per tile row for NHWC and dense outputs, 4 pixels x 16 channels stored
+transposed (4 bytes per channel) for NCHW. It applies to an 8-bit requantize (+ qadd)
+epilogue with the whole reduction in one K block (constraint ``register_requantize``) and is
+the default there.
 """
 from __future__ import annotations
 
