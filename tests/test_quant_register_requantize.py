@@ -106,12 +106,20 @@ def test_separate_pass_is_exact_too(name):
 
 
 @pytest.mark.slow
-def test_registers_form_with_two_threads_and_wide_tile():
+def test_registers_form_with_two_threads_and_a_wide_tile():
+    """NCHW with the block loop over M on two threads; NHWC with 2 x 32 tiles (two byte
+    vectors per row)."""
     w = conv("NCHW", batch=2, HW=(6, 6), O=40, residual=True)
     t = get_template(w.kind)
     sp = t.space(w, 2)
-    cfg = t.default_config(w, 1).replace(parallel="m", threads=2, tile_m=16, nr=32, mr=4)
+    cfg = t.default_config(w, 1).replace(parallel="m", threads=2, tile_m=16)
     assert sp.is_valid(cfg), sp.violation(cfg)
+    assert cfg["requantize"] == "registers" and "prange" in t.codegen(w, cfg)
+    assert exact(w, cfg) is None
+    w = conv("NHWC", HW=(3, 5), O=40, residual=True)
+    cfg = t.default_config(w, 1).replace(nr=32, mr=2)
+    assert t.space(w, 1).is_valid(cfg), t.space(w, 1).violation(cfg)
+    assert cfg["requantize"] == "registers"
     assert exact(w, cfg) is None
 
 
