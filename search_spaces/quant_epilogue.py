@@ -12,6 +12,12 @@ accumulator, in exactly the reference's arithmetic:
 
 The kernel adds the bias with the zero-point correction folded in (``corr[c] = bias[c] -
 x_zero_point * sum_k w[c, k]``): ``acc + corr`` is then the reference's ``acc + bias``.
+
+``tile_statements`` is the same arithmetic on a register tile (the micro-kernel's int32
+accumulators, 8 lanes per vector): ``vcvt_f32``, ``vmul``, ``vrint``, ``vmax``/``vmin``,
+``vcvt_i32`` and the saturating packs of ``runtime/simd_int8`` (AVX2), so an 8-bit output
+row of the tile leaves as 16 bytes per pair of vectors; a partial tile at the edge takes
+``statements`` lane by lane.
 """
 from __future__ import annotations
 
@@ -92,3 +98,121 @@ def bias_param(epilogue: list[dict]) -> tuple[int, bool] | None:
 def operand_params(epilogue: list[dict]) -> list[int]:
     """Parameter indices of the qadd operands."""
     return [e["others"][0][0] for e in epilogue[1:] if e["op"] == "qadd"]
+
+
+def tile_reason(epilogue: list[dict]) -> str | None:
+    """Why the epilogue has no register-tile form (None: it has one): an 8-bit requantize,
+    then any number of 8-bit qadds."""
+    if not epilogue:
+        return "no requantize (int32 output)"
+    if epilogue[0]["attrs"]["dtype"] == "float32":
+        return "a float32 requantize output"
+    for e in epilogue[1:]:
+        if e["op"] != "qadd":
+            return f"a {e['op']} after the requantize"
+    return None
+
+
+def _splat(name: str, x: float, lanes: int) -> str:
+    return f"{name} = vsplat({_f32(x)}, {lanes})"
+
+
+def _clamp_splats(tag: str, attrs: dict, lanes: int) -> list[str]:
+    lo, hi = QRANGE[attrs["dtype"]]
+    qmin = lo if attrs.get("qmin") is None else attrs["qmin"]
+    qmax = hi if attrs.get("qmax") is None else attrs["qmax"]
+    return [_splat(f"zp{tag}", attrs["zero_point"], lanes), _splat(f"lo{tag}", qmin, lanes),
+            _splat(f"hi{tag}", qmax, lanes)]
+
+
+def tile_statements(epilogue: list[dict], acc: list[list[str]], lanes: int, n: int,
+                    nchw: bool = False) -> list[str]:
+    """The write-back of a micro-kernel's int32 register tile ``acc[r][v]`` (row r, vector v
+    of ``lanes`` lanes; an even number per row) as the epilogue's 8-bit levels into the flat
+    output ``C`` of ``n`` channels, reading ``corr``, ``sc`` and the flat qadd operands
+    ``e<k>`` at ``ci``, ``cj``. Row-major output (NHWC, dense): each row's bytes stored as
+    16-byte vectors. ``nchw``: rows are pixels of ``P`` per image, channels ``P`` apart: each
+    4 rows x 16 channels stored transposed (``vstore_t4``: one 4-byte store per channel; MR a
+    multiple of 4), a residual operand read the same way (``vload_t4``). A full tile in
+    registers; a partial one (``mlen`` < MR, ``nlen`` < NR, or NCHW rows across two images)
+    lane by lane (``vlane``) through ``statements``."""
+    if tile_reason(epilogue) is not None or lanes != 8 or len(acc[0]) % 2 or (nchw and len(acc) % 4):
+        raise ValueError("no register-tile form for this epilogue or tile")
+    mr, nv = len(acc), len(acc[0])
+    rq = epilogue[0]
+    per_channel = rq["others"][1][1][0] != 1
+    out = epilogue[-1]["attrs"]["dtype"]
+    pack = "vpack_u8" if out == "uint8" else "vpack_i8"
+    qadds = list(enumerate(epilogue[1:], 1))
+    full = ["# requantize in registers: int32 + corr -> float32 * scale -> rint + zp -> clamp,",
+            f"# packed to bytes ({pack}): {2 * lanes} channels per row and pair of vectors"]
+    for v in range(nv):
+        full.append(f"k{v} = vload(corr, cj + {v * lanes}, {lanes})   # zero-point-corrected bias")
+        if per_channel:
+            full.append(f"s{v} = vload(sc, cj + {v * lanes}, {lanes})   # per-channel scale")
+    if not per_channel:
+        full.append(f"s = vsplat(sc[0], {lanes})")
+    full += _clamp_splats("0", rq["attrs"], lanes)
+    for t, e in qadds:
+        a = e["attrs"]
+        full += [_splat(f"az{t}", a["a_zero_point"], lanes), _splat(f"am{t}", a["a_mul"], lanes),
+                 _splat(f"bz{t}", a["b_zero_point"], lanes), _splat(f"bm{t}", a["b_mul"], lanes)]
+        full += _clamp_splats(str(t), a, lanes)
+
+    def row_bytes(r: int, p: int, operand) -> list[str]:
+        """Row r's channels of pair p requantized into the byte vector y<r % 4>."""
+        lines = []
+        for h in range(2):
+            v = 2 * p + h
+            x = f"x{h}"
+            sv = f"s{v}" if per_channel else "s"
+            lines += [f"{x} = vmul(vcvt_f32(vadd({acc[r][v]}, k{v})), {sv})",
+                      f"{x} = vmin(vmax(vadd(vrint({x}), zp0), lo0), hi0)"]
+            for t, e in qadds:
+                other = f"vcvt_f32(vwiden_i32(o{t}, {operand(r, h)}, {lanes}))"
+                first, second = (x, other) if e["operand"] == 0 else (other, x)
+                lines += [f"{x} = vadd(vmul(vsub({first}, az{t}), am{t}), vmul(vsub({second}, bz{t}), bm{t}))",
+                          f"{x} = vmin(vmax(vadd(vrint({x}), zp{t}), lo{t}), hi{t})"]
+        return lines + [f"y{r % 4} = {pack}(vcvt_i32(x0), vcvt_i32(x1))"]
+
+    if not nchw:
+        for r in range(mr):
+            row = f"(ci + {r}) * {n} + cj"
+            for p in range(nv // 2):
+                for t, e in qadds:
+                    (k, _, _), = e["others"]
+                    full.append(f"o{t} = vload(e{k}, {row} + {2 * p * lanes}, {2 * lanes})   # qadd operand bytes")
+                full += row_bytes(r, p, lambda r, h: h * lanes)
+                full.append(f"vstore(C, {row} + {2 * p * lanes}, y{r % 4})")
+        cond = "mlen == MR and nlen == NR"
+        where = ["i = ci + r"]
+        flat = f"i * {n} + j"
+    else:
+        full += ["nb = ci // P   # the image of the tile's rows",
+                 "base = (nb * N + cj) * P + ci - nb * P   # flat index of (channel cj, first pixel)"]
+        for p in range(nv // 2):
+            for g4 in range(mr // 4):
+                at = f"base + {2 * p * lanes} * P + {4 * g4}"
+                for t, e in qadds:
+                    (k, _, _), = e["others"]
+                    full.append(f"o{t} = vload_t4(e{k}, {at}, P, {2 * lanes})   # qadd operand: 4 pixels x {2 * lanes} channels")
+                for r in range(4 * g4, 4 * g4 + 4):
+                    full += row_bytes(r, p, lambda r, h: (r % 4) * 2 * lanes + h * lanes)
+                full.append(f"vstore_t4(C, {at}, P, vconcat(vconcat(y0, y1), vconcat(y2, y3)))"
+                            "   # 4 bytes per channel")
+        cond = "mlen == MR and nlen == NR and ci - ci // P * P + MR <= P"
+        where = ["i = ci + r", "nb = i // P", "pix = i - nb * P"]
+        flat = f"(nb * {n} + j) * P + pix"
+    stmts, store = statements(epilogue, "j", flat)
+    # no spill array: the accumulators are read lane by lane
+    part = ["# partial tile: lane by lane, what fits"]
+    for r in range(mr):
+        part += [f"if {r} < mlen:"] + ["    " + ln.replace("+ r", f"+ {r}") for ln in where]
+        for v in range(nv):
+            part += [f"    for cc in range(min({lanes}, nlen - {v * lanes})):",
+                     f"        j = cj + {v * lanes} + cc",
+                     f"        v = np.int32(vlane({acc[r][v]}, cc) + corr[j])"]
+            part += ["        " + ln for ln in stmts]
+            part += [f"        C[{flat}] = {store}"]
+    return ([f"if {cond}:"] + ["    " + ln for ln in full]
+            + ["else:"] + ["    " + ln for ln in part])

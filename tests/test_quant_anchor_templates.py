@@ -101,8 +101,9 @@ CASES = {
 
 
 # default run: one case per code path kind (each compiles a kernel: seconds); the rest slow
+# (a residual qadd in the default run: tests/test_quant_register_requantize.py)
 FAST = ("dense 7-bit", "conv NCHW 3x3 pad", "conv NCHW 1x1 (plain GEMM, transposed A)",
-        "conv residual qadd", "conv requantize -> dequantize")
+        "conv requantize -> dequantize")
 
 
 @pytest.mark.parametrize("name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow)

@@ -139,27 +139,34 @@ def test_show_names_the_prepared_form(capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-def test_requantize_epilogue_is_vectorized(layout, tmp_path):
-    """The requantize loop over channels compiles to 8-lane AVX2 code: round half to even
-    (``vroundps $4``: the MXCSR default, as ``np.rint``) and float -> int32 conversion on ymm
-    registers. Compiled without Numba's cache (a cached function has no assembly to show)."""
+@pytest.mark.parametrize("layout,form", [("NCHW", "pass"), ("NHWC", "pass"),
+                                         ("NCHW", "registers"), ("NHWC", "registers")])
+def test_requantize_epilogue_is_vectorized(layout, form, tmp_path):
+    """The requantize compiles to 8-lane AVX2 code: round half to even (``vroundps $4``: the
+    MXCSR default, as ``np.rint``) and float -> int32 conversion on ymm registers; in the
+    separate pass (``kernel_prepared``'s loop over channels) and in the micro-kernel's tile
+    store (``gemm``, with the saturating packs to bytes). Compiled without Numba's cache (a
+    cached function has no assembly to show)."""
     import importlib.util
     import re
 
     w = qconv(layout, C=16, O=32)
     t = get_template(w.kind)
-    src = t.codegen(w, t.default_config(w)).replace("cache=True", "cache=False")
+    cfg = t.default_config(w).replace(requantize=form)
+    src = t.codegen(w, cfg).replace("cache=True", "cache=False")
     path = tmp_path / "k_asm.py"
     path.write_text(src)
-    spec = importlib.util.spec_from_file_location("k_asm_" + layout, path)
+    spec = importlib.util.spec_from_file_location(f"k_asm_{layout}_{form}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     x = w.make_inputs(0)
-    pk = prepare_kernel(mod, t.prepared_inputs(w, t.default_config(w)), x)
+    pk = prepare_kernel(mod, t.prepared_inputs(w, cfg), x)
     out = w.make_outputs()
     pk(*x, *out)
     assert w.check(x, out, w.reference(x)) is None
-    asm = "\n".join(mod.kernel_prepared.inspect_asm().values())
+    fn = mod.kernel_prepared if form == "pass" else mod.gemm
+    asm = "\n".join(fn.inspect_asm().values())
     assert re.search(r"vroundps\s+\$4, %ymm", asm), "requantize rounding is not vectorized"
     assert re.search(r"vcvttps2dq\s+%ymm", asm), "the conversion to integers is not vectorized"
+    if form == "registers":
+        assert re.search(r"vpackssdw\s+%ymm", asm) and re.search(r"vpackuswb\s+%[xy]mm", asm)

@@ -151,16 +151,23 @@ def pack_b_all_source() -> list[str]:
 
 
 def micro_kernel_source(mr: int, nr: int, lanes: int, group: int, dot: str, unroll: int,
-                        panel_depth: str | None = "KG") -> list[str]:
+                        panel_depth: str | None = "KG", tile_store=None,
+                        extra: tuple[str, ...] = (), inline: bool = False) -> list[str]:
     """MR x NR int32 tile as MR x NR/LANES vector accumulators; per K group: NR/LANES loads of
     the B panel, MR broadcasts of an A group, MR x NR/LANES ``vdot_<dot>`` steps.
     ``panel_depth``: K groups of a packed panel, a module constant; None when the cache block
-    is a runtime argument: the packed buffer's own extent is read."""
+    is a runtime argument: the packed buffer's own extent is read. ``tile_store(acc)``: the
+    lines writing the accumulators (default: int32 stores into C, ``vector_tile_store_lines``),
+    reading the ``extra`` parameters (e.g. the requantize of ``quant_anchor``). ``inline``:
+    Numba inlines the micro-kernel into the macro-kernel's loop (``inline="always"``): no call
+    per tile, whose passing of some 30 arguments and reference counting of the array
+    arguments cost as much as a K = 64 tile's requantize."""
     nv = nr // lanes
     acc = [[f"c_{r}_{v}" for v in range(nv)] for r in range(mr)]
+    more = "".join(f", {x}" for x in extra)
     head = [
-        "@numba.njit(cache=True)",
-        "def micro_kernel(AA, ai, BB, bj, p0, kc, C, ci, cj, mlen, nlen, first):",
+        "@numba.njit(cache=True)" if not inline else '@numba.njit(cache=True, inline="always")   # no call per tile',
+        f"def micro_kernel(AA, ai, BB, bj, p0, kc, C, ci, cj, mlen, nlen, first{more}):",
         f'    """{mr} x {nr} int32 tile of C in {mr * nv} vectors of {lanes} lanes, over the K block.',
         "",
         f"    Per K group of G: {nv} B vector load(s), {mr} A group broadcast(s), {mr * nv} vdot_{dot}.",
@@ -179,22 +186,28 @@ def micro_kernel_source(mr: int, nr: int, lanes: int, group: int, dot: str, unro
             lambda r: f"vbroadcast_group(AA, pa + {r * group}, {lanes})",
             lambda r, v: f"{acc[r][v]} = vdot_{dot}({acc[r][v]}, a_{r}, b_{v})")
     lines += k_loop(unroll, body, var="g", count="kg", note=GROUP_NOTE)
-    lines += vector_tile_store_lines(acc, nr, lanes, "np.int32")
+    lines += (tile_store(acc) if tile_store is not None
+              else vector_tile_store_lines(acc, nr, lanes, "np.int32"))
     return head + indent(lines)
 
 
 def kernel_source(c: dict, name: str = "kernel", runtime: tuple[str, ...] = (),
-                  prologue: list[str] = (), b_packed: bool = False) -> list[str]:
+                  prologue: list[str] = (), b_packed: bool = False,
+                  extra: tuple[str, ...] = ()) -> list[str]:
     """The block loops (``loop_order``; ``parallel`` as prange), packing hoisted to where each
     block is determined, and the macro-kernel over MR x NR tiles; the tile knobs in
     ``runtime`` are arguments, set up by the ``prologue`` lines. ``b_packed``: the kernel
     takes ``BP``, the whole B packed ahead by ``pack_b_all`` (``BP[j0 // TILE_N, p0 //
-    TILE_K]`` is the block ``pack_b`` would write), instead of B."""
+    TILE_K]`` is the block ``pack_b`` would write), instead of B. ``extra``: parameters after
+    C passed on to the micro-kernel (its ``tile_store`` reads them)."""
     order, par = c["loop_order"], c["parallel"]
     jit = "@numba.njit(cache=True" + (", parallel=True" if par != "none" else "") + ")"
     params = kernel_params(runtime)
     if b_packed:
         params = params.replace("A, B, C", "A, BP, C", 1)
+    more = "".join(f", {x}" for x in extra)
+    if extra:
+        params = params.replace(", C", ", C" + more, 1)
     lines = [jit, f"def {name}({params}):",
              '    """C = A @ B (uint8 x int8 -> int32), writing every element of C'
              + (' (B packed ahead: BP)."""' if b_packed else '."""')]
@@ -220,7 +233,7 @@ def kernel_source(c: dict, name: str = "kernel", runtime: tuple[str, ...] = (),
         f"{ind}    nlen = min(NR, nc - jr)",
         f"{ind}    for ir in range(0, mc, MR):",
         f"{ind}        mlen = min(MR, mc - ir)",
-        f"{ind}        micro_kernel(Ap, ir // MR, Bp, jr // NR, p0, kc, C, i0 + ir, j0 + jr, mlen, nlen, first)",
+        f"{ind}        micro_kernel(Ap, ir // MR, Bp, jr // NR, p0, kc, C, i0 + ir, j0 + jr, mlen, nlen, first{more})",
     ]
     return lines + indent(body)
 
@@ -261,11 +274,15 @@ def imports(c: dict) -> list[str]:
 
 def engine_parts(c: dict, *, pack_a: list[str] | None = None, b_layout: str = "KN",
                  name: str = "kernel", runtime: tuple[str, ...] = (),
-                 prologue: list[str] = (), b_packed: bool = False) -> list[list[str]]:
+                 prologue: list[str] = (), b_packed: bool = False, tile_store=None,
+                 extra: tuple[str, ...] = ()) -> list[list[str]]:
     """The functions of the engine (after ``constants``): aligned buffers, packing (``pack_a``
     replaces the A packing, e.g. an implicit im2col), micro-kernel and the blocked ``name``
     (taking the ``runtime`` tile knobs as arguments, set up by ``prologue``). ``b_packed``:
-    ``name`` takes B packed ahead (``pack_b_all``, also emitted; module-constant tiles only)."""
+    ``name`` takes B packed ahead (``pack_b_all``, also emitted; module-constant tiles only).
+    ``tile_store``/``extra``: the micro-kernel's write-back and its further parameters
+    (``micro_kernel_source``), passed by ``name`` after C; with a ``tile_store`` the
+    micro-kernel is inlined into ``name``."""
     group, a_pack, b_pack = OPERANDS[c["dot"]]
     lanes = c["vec"] // 32
     if b_packed and runtime:
@@ -275,8 +292,9 @@ def engine_parts(c: dict, *, pack_a: list[str] | None = None, b_layout: str = "K
             pack_a if pack_a is not None else pack_a_source(), pack_b_source(b_layout),
             *([pack_b_all_source()] if b_packed else []),
             micro_kernel_source(c["mr"], c["nr"], lanes, group, c["dot"], c["unroll_k"],
-                                "KG" if "tile_k" not in runtime else None),
-            kernel_source(c, name, runtime, prologue, b_packed)]
+                                "KG" if "tile_k" not in runtime else None, tile_store, extra,
+                                inline=tile_store is not None),
+            kernel_source(c, name, runtime, prologue, b_packed, extra)]
 
 
 def generate(w, c: dict, version: int, template: str = "gemm_int8",
