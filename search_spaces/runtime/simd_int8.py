@@ -151,26 +151,24 @@ def _vec_of(v, dtype, what: str):
         raise TypingError(f"{what} needs a vector of {dtype}, got {v}")
 
 
-@intrinsic
-def vcvt_f32(typingctx, v):
-    """int32 lanes as float32 (sitofp: vcvtdq2ps)."""
-    _vec_of(v, types.int32, "vcvt_f32")
-    vt = Vec(types.float32, v.lanes)
+def _convert_intrinsic(name: str, src, dst, op: str, doc: str):
+    """A lane-wise conversion of ``src`` vectors to ``dst`` vectors by the IR builder's ``op``."""
+    @intrinsic
+    def convert(typingctx, v):
+        _vec_of(v, src, name)
+        vt = Vec(dst, v.lanes)
 
-    def codegen(context, builder, sig, args):
-        return builder.sitofp(args[0], context.get_value_type(vt))
-    return vt(v), codegen
+        def codegen(context, builder, sig, args):
+            return getattr(builder, op)(args[0], context.get_value_type(vt))
+        return vt(v), codegen
+    convert.__doc__ = doc
+    return convert
 
 
-@intrinsic
-def vcvt_i32(typingctx, v):
-    """float32 lanes as int32, truncating (fptosi: vcvttps2dq)."""
-    _vec_of(v, types.float32, "vcvt_i32")
-    vt = Vec(types.int32, v.lanes)
-
-    def codegen(context, builder, sig, args):
-        return builder.fptosi(args[0], context.get_value_type(vt))
-    return vt(v), codegen
+vcvt_f32 = _convert_intrinsic("vcvt_f32", types.int32, types.float32, "sitofp",
+                              "int32 lanes as float32 (sitofp: vcvtdq2ps).")
+vcvt_i32 = _convert_intrinsic("vcvt_i32", types.float32, types.int32, "fptosi",
+                              "float32 lanes as int32, truncating (fptosi: vcvttps2dq).")
 
 
 @intrinsic
