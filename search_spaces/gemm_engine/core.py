@@ -32,7 +32,8 @@ from __future__ import annotations
 
 from search_spaces import isa
 from search_spaces.epilogue import DTYPE_SRC, VECTOR_IMPORTS, Epilogue
-from search_spaces.gemm_engine.packing import HELPER_JIT, pack_a_source, pack_b_source, pack_b_split_lines
+from search_spaces.gemm_engine.packing import (HELPER_JIT, pack_a_source, pack_b_source, pack_b_split_lines,
+                                               prologue_tail)
 from search_spaces.gemm_engine.blocked import emit_block_loops
 from search_spaces.gemm_engine.microkernels import indent, k_loop, register_tile_step
 
@@ -345,7 +346,7 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
         + ([alloc_a + " (private)"] if pack_a and level_a >= level_par else []) \
         + ([alloc_b + " (private)"] if pack_b and level_b >= level_par else [])
     # a B block all threads read (packed above the parallel loop) is packed by all of them
-    extra = "".join(", " + n for n in pro.arg_names()) if pro is not None else ""
+    extra = prologue_tail(pro)
     pack_b_call = (pack_b_split_lines(pro) if splits_pack_b(c, b_src)
                    else f"pack_b(B, b_base, p0, j0, kc, nc, Bp, geo, 0, kc{extra})")
     packs = ([(level_a, "pack_a(A, a_base, i0, p0, mc, kc, Ap, geo)")] if pack_a else []) \

@@ -43,6 +43,12 @@ def empty_aligned_source() -> list[str]:
     ]
 
 
+def prologue_tail(pro) -> str:
+    """``, name, ...`` of a conv prologue's operands (empty without one): the tail of
+    ``pack_b``'s parameters and of every call to it."""
+    return "".join(", " + n for n in pro.arg_names()) if pro is not None else ""
+
+
 def pack_a_source(src: str, dims, running_index: bool = False) -> list[str]:
     """``dims``: the module's ``core.Dims`` (the function unpacks the argument dimensions).
     ``running_index``: the 'pack' copy steps a panel index by MR instead of computing
@@ -128,7 +134,7 @@ def pack_b_source(src: str, dims, sw: int = 1, nr: int = 16, vec: int = 16, pro=
     """``sw``: the stride class of the im2col copies (1, 2, other); SW itself is a dimension.
     ``pro``: an ``Epilogue`` of per-row (or scalar) operands applied to every element copied
     (``pack`` only), e.g. a pre-activation batch norm + relu on a 1x1 conv's image."""
-    extra = "".join(", " + n for n in pro.arg_names()) if pro is not None else ""
+    extra = prologue_tail(pro)
     head = [_jit(), f"def pack_b(B, b_base, p0, j0, kc, nc, Bp{_geo(dims)}, pa, pb{extra}):",
             '    """Bp[q*kc*NR + p*NR + c] = B[p0 + p, j0 + q*NR + c] for the block\'s rows pa <= p < pb',
             '    (all of them: 0, kc); columns past nc are zero."""']
@@ -263,7 +269,7 @@ def pack_b_split_lines(pro=None) -> list[str]:
     their one-thread time in the im2col packing, serial at two threads. (A parallel function
     of its own, ``pack_b_split``, cost every such module ~0.9 s more compile CPU than this
     prange in the function that already is parallel.)"""
-    extra = "".join(", " + n for n in pro.arg_names()) if pro is not None else ""
+    extra = prologue_tail(pro)
     return [
         f"if kc * nc < {SPLIT_PACK_MIN}:   # small block: packed by one thread",
         f"    pack_b(B, b_base, p0, j0, kc, nc, Bp, geo, 0, kc{extra})",
