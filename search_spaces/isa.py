@@ -145,10 +145,37 @@ def compile_cpu() -> tuple[str, tuple[str, ...], bool]:
 _forced: contextvars.ContextVar[Isa | None] = contextvars.ContextVar("forced_isa", default=None)
 
 
+def compile_features() -> frozenset[str]:
+    """ISA features of what the kernels are generated for: the CPU Numba compiles for (the
+    host, or ``TUNER_CPU``'s), or inside ``using(isa)`` that ISA's. Templates that choose
+    instructions by feature (the int8 dot products) read this, never the host's features, so an
+    AVX2 override on an AVX-512 host generates AVX2 instructions."""
+    forced = _forced.get()
+    if forced is None:
+        from numba.core import config
+
+        return _features_of(config.CPU_NAME)
+    f = {"sse2", "sse4.2"}
+    if forced.vector_bits >= 256:
+        f |= {"avx"} | ({"avx2", "fma"} if forced.fma else set())
+    if forced.vector_bits == 512:
+        f |= {"avx512f", "avx512vl", "avx512dq"}
+        f |= {"avx512bw"} if forced.avx512bw else set()
+        f |= {"avx512vnni"} if forced.avx512vnni else set()
+    return frozenset(f)
+
+
 def current() -> Isa:
     """The ISA templates generate for (see the module docstring)."""
     forced = _forced.get()
     return forced if forced is not None else isa_from_features(compile_cpu()[1])
+
+
+@functools.lru_cache(maxsize=None)
+def _features_of(cpu_name) -> frozenset[str]:
+    """``compile_cpu()``'s features as a set, per value of Numba's CPU_NAME (cached: spaces
+    ask for them per config)."""
+    return frozenset(compile_cpu()[1])
 
 
 @contextlib.contextmanager

@@ -136,7 +136,7 @@ def tile_statements(epilogue: list[dict], acc: list[list[str]], lanes: int, n: i
     multiple of 4), a residual operand read the same way (``vload_t4``). A full tile in
     registers; a partial one (``mlen`` < MR, ``nlen`` < NR, or NCHW rows across two images)
     lane by lane (``vlane``) through ``statements``."""
-    if tile_reason(epilogue) is not None or lanes != 8 or len(acc[0]) % 2 or (nchw and len(acc) % 4):
+    if tile_reason(epilogue) is not None or lanes not in (8, 16) or len(acc[0]) % 2 or (nchw and len(acc) % 4):
         raise ValueError("no register-tile form for this epilogue or tile")
     mr, nv = len(acc), len(acc[0])
     rq = epilogue[0]

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from search_spaces import get_template
+from search_spaces import get_template, isa
 from tuner.dispatch import load_kernel
 from workloads import from_key
 from workloads.errors import InstantiationError
@@ -84,8 +84,14 @@ def prologue_workload():
     return workload_for_group(n)
 
 
-def test_prologue_is_applied_in_the_image_packing():
-    """(Source only: the compiled kernel is checked by the slow tests below.)"""
+@pytest.mark.parametrize("target", [isa.AVX2, isa.AVX512], ids=lambda i: i.name)
+def test_prologue_is_applied_in_the_image_packing(target):
+    """(Source only, for either ISA: the compiled kernel is checked by the slow tests below.)"""
+    with isa.using(target):
+        _check_prologue_source(target.fp32_lanes)
+
+
+def _check_prologue_source(lanes: int):
     w = prologue_workload()
     t = get_template("conv2d")
     cfg = t.default_config(w, 1)
@@ -93,7 +99,7 @@ def test_prologue_is_applied_in_the_image_packing():
     src = t.codegen(w, cfg)
     assert "Prologue on each image row" in src
     assert "def pack_b(B, b_base, p0, j0, kc, nc, Bp, geo, pa, pb, q1, q2):" in src
-    assert "qv1 = vsplat(q1[p0 + p], 8)" in src and "vmax(x, vsplat(ZERO, 8))" in src
+    assert f"qv1 = vsplat(q1[p0 + p], {lanes})" in src and f"vmax(x, vsplat(ZERO, {lanes}))" in src
     assert "pack_b(B, b_base, p0, j0, kc, nc, Bp, geo, 0, kc, q1, q2)" in src
     # the same conv without a prologue generates what it did before (no q operands)
     plain = t.codegen(from_key(w.key.replace(',"prologue":' + json.dumps(w.prologue, separators=(",", ":")), "")

@@ -191,19 +191,29 @@ def test_avx512_source_generates_and_names_the_wide_intrinsics():
 
 # Edge cases: M, N, K not multiples of the tile, of MR/NR or of the K group; every
 # formulation this CPU has; unrolled K loops, other loop orders, parallel blocks.
-EXACT_CASES = [
-    ((13, 29, 7), "int8", dict(dot="madd16", mr=3, nr=16, unroll_k=2)),
-    ((37, 45, 70), "int8w7", dict(dot="maddubs", mr=4, nr=24, tile_k=64, loop_order="mkn")),
-    ((5, 100, 131), "int8", dict(dot="madd16", mr=2, nr=8, tile_k=64, tile_n=32, unroll_k=4, loop_order="knm")),
-    ((70, 33, 129), "int8w7", dict(dot="maddubs", mr=6, nr=16, tile_m=32, tile_k=64,
+EXACT_CASES = [   # 256-bit forms (every AVX2 CPU), then the 512-bit and VNNI forms
+    ((13, 29, 7), "int8", dict(dot="madd16", vec=256, mr=3, nr=16, unroll_k=2)),
+    ((37, 45, 70), "int8w7", dict(dot="maddubs", vec=256, mr=4, nr=24, tile_k=64, loop_order="mkn")),
+    ((5, 100, 131), "int8", dict(dot="madd16", vec=256, mr=2, nr=8, tile_k=64, tile_n=32, unroll_k=4,
+                                 loop_order="knm")),
+    ((70, 33, 129), "int8w7", dict(dot="maddubs", vec=256, mr=6, nr=16, tile_m=32, tile_k=64,
                                     parallel="m", threads=2)),
-    ((1, 1, 1), "int8", dict(dot="madd16", mr=1, nr=8)),
+    ((1, 1, 1), "int8", dict(dot="madd16", vec=256, mr=1, nr=8)),
+    ((37, 45, 70), "int8", dict(dot="vnni", vec=256, mr=4, nr=24, tile_k=64, loop_order="mkn")),
+    ((37, 45, 70), "int8", dict(dot="vnni", vec=512, mr=4, nr=32, tile_k=64, loop_order="mkn")),
+    ((70, 50, 129), "int8", dict(dot="vnni", vec=512, mr=6, nr=48, tile_m=32, tile_k=64,
+                                 parallel="m", threads=2)),
+    ((13, 29, 7), "int8", dict(dot="madd16", vec=512, mr=3, nr=16, unroll_k=2)),
+    ((37, 45, 70), "int8w7", dict(dot="maddubs", vec=512, mr=4, nr=32, tile_k=64)),
 ]
 
 
 @needs_avx2
-@pytest.mark.parametrize("shape,dtype,over", EXACT_CASES)
+@pytest.mark.parametrize("shape,dtype,over", EXACT_CASES,
+                         ids=[f"{o['dot']}-{o['vec']}-{'x'.join(map(str, s))}" for s, _, o in EXACT_CASES])
 def test_generated_kernels_are_exact_on_edges(shape, dtype, over, build_dir):
+    if not supported(over["dot"], over["vec"], host_features()):
+        pytest.skip(f"this CPU does not execute {over['dot']} at {over['vec']} bits")
     t = GemmInt8Template()
     w = Gemm(*shape, dtype)
     cfg = t.default_config(w, 2).replace(**over)

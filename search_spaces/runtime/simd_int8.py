@@ -28,7 +28,8 @@ accumulators to 8-bit levels without leaving the registers):
     vpack_u8(lo, hi)             two 8-lane int32 vectors to 16 bytes lo[0..7], hi[0..7] with
     vpack_i8(lo, hi)             saturating packs: vpackssdw (int32 to int16), then vpackuswb /
                                  vpacksswb (int16 to uint8 / int8) and one dword shuffle
-                                 (AVX2 packs within 128-bit halves)
+                                 (AVX2 packs within 128-bit halves); two 16-lane vectors (AVX-512)
+                                 to 32 bytes by two vpmovdb narrowings (lanes already clamped)
     vconcat(a, b)                a's lanes then b's (one vector of twice the lanes)
     vstore_t4(arr, i, stride, v) the 4 rows of L lanes of v (4L lanes, row r = lanes rL..rL+L-1)
                                  stored transposed: arr.flat[i + c*stride + r] = v[rL + c], one
@@ -188,13 +189,21 @@ def _pack_intrinsic(signed: bool):
     name = "vpack_i8" if signed else "vpack_u8"
 
     def typer(typingctx, lo, hi):
-        if not (isinstance(lo, Vec) and lo == hi and lo.dtype == types.int32 and lo.lanes == 8):
-            raise TypingError(f"{name} packs two 8-lane int32 vectors, got {lo}, {hi}")
-        vt = Vec(out, 16)
+        if not (isinstance(lo, Vec) and lo == hi and lo.dtype == types.int32 and lo.lanes in (8, 16)):
+            raise TypingError(f"{name} packs two 8- or 16-lane int32 vectors, got {lo}, {hi}")
+        n = lo.lanes
+        vt = Vec(out, 2 * n)
 
         def codegen(context, builder, sig, args):
             v8i32, v16i16 = ir.VectorType(I32, 8), ir.VectorType(I16, 16)
             v8i16, v16i8 = ir.VectorType(I16, 8), ir.VectorType(I8, 16)
+            if n == 16:
+                # AVX-512: each 16-lane half narrowed by vpmovdb (trunc), then joined. The
+                # callers' lanes are clamped to the 8-bit range already, so truncation is exact
+                # (vpmovdb's saturating twin vpmovusdb would only repeat the clamp).
+                halves = [builder.trunc(a, ir.VectorType(I8, 16)) for a in args]
+                return builder.shuffle_vector(halves[0], halves[1],
+                                              ir.Constant(ir.VectorType(I32, 32), list(range(32))))
             # [lo0-3 hi0-3 | lo4-7 hi4-7] as int16 (saturating)
             w = builder.call(_declare(builder, "llvm.x86.avx2.packssdw", v16i16, [v8i32, v8i32]),
                              list(args))

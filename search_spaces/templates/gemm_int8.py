@@ -5,8 +5,8 @@ an MR x NR register tile over a K block, ``parallel`` block loop), with the pack
 micro-kernel of ``int8_microkernels.py``: K in groups of 4 bytes (or 2 int16), one group per
 32-bit lane, accumulated by an explicit dot-product instruction (``simd_int8.py``).
 
-Knob ``dot`` is the instruction, offered only where the host has it (llvmlite's
-``get_host_cpu_features``):
+Knob ``dot`` is the instruction, offered only where the CPU compiled for has it (the host's
+features from llvmlite, or ``TUNER_CPU``'s; ``isa.compile_features``):
 
 - ``madd16``: A and B widened to int16 while packing, ``vpmaddwd`` (AVX2 / AVX-512BW). Exact
   for every input.
@@ -21,11 +21,11 @@ Knob ``dot`` is the instruction, offered only where the host has it (llvmlite's
 """
 from __future__ import annotations
 
-import functools
 import os
 
 from search_spaces.gemm_engine.space import (LOOP_ORDERS, block_values, pick_knob, repair, split,
                                              threads_match_parallel, tiles_fit_micro, with_splits)
+from search_spaces import isa
 from search_spaces.space import Config, ConfigSpace, Constraint, Knob
 from search_spaces.template import Template
 from workloads.errors import InstantiationError
@@ -35,13 +35,10 @@ DOTS = ("madd16", "maddubs", "vnni")
 SMALL_PARALLEL_FLOPS = 2 * 128 ** 3   # default config: one thread below this much work
 
 
-@functools.lru_cache(maxsize=None)
 def host_features() -> frozenset[str]:
-    """ISA features the host CPU has enabled, as LLVM names them (avx2, avx512bw, ...)."""
-    import llvmlite.binding as llvm
-
-    feats = llvm.get_host_cpu_features()
-    return frozenset(name for name, on in feats.items() if on)
+    """ISA features of the CPU the kernels are compiled for, as LLVM names them (avx2,
+    avx512bw, ...): the host's, or ``TUNER_CPU``'s (``isa.compile_features``)."""
+    return isa.compile_features()
 
 
 def supported(dot: str, vec: int, features: frozenset[str]) -> bool:
@@ -115,7 +112,7 @@ class GemmInt8Template(Template):
                         "(255*127*2 > 32767); exact only for dtype int8w7")
             return None
 
-        def isa(c):
+        def instruction(c):
             if not supported(c["dot"], c["vec"], f):
                 return f"{c['dot']} at {c['vec']} bits is not supported by this CPU"
             return None
@@ -135,7 +132,7 @@ class GemmInt8Template(Template):
                 return f"{acc} accumulators + operands = {live} vector registers > {regs}"
             return None
 
-        return [Constraint("exact", exact), Constraint("isa", isa),
+        return [Constraint("exact", exact), Constraint("isa", instruction),
                 Constraint("vector_width", vector_width), Constraint("registers", registers),
                 tiles_fit_micro(w.M, w.N, multiple=False), threads_match_parallel()]
 

@@ -81,8 +81,10 @@ class QuantAnchorTemplate(Template):
             return f"requantize in registers needs an 8-bit requantize (+ qadd) epilogue, not {reason}"
         if c["tile_k"] < g["K"]:
             return f"requantize in registers needs one K block (tile_k={c['tile_k']} < K={g['K']})"
-        if c["vec"] != 256 or c["nr"] % 16:
-            return "requantize in registers packs pairs of 8-lane int32 vectors (vec 256, nr a multiple of 16)"
+        pair = 2 * (c["vec"] // 32)
+        if c["nr"] % pair:
+            return (f"requantize in registers packs pairs of {pair // 2}-lane int32 vectors "
+                    f"(nr a multiple of {pair} at vec {c['vec']}, not {c['nr']})")
         return None
 
     def default_config(self, workload, max_threads: int = 1) -> Config:
