@@ -10,6 +10,28 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # fault_templates
 
+# TUNER_CPU=haswell python -m pytest ...: the whole run generates, compiles and measures for
+# that CPU (the AVX2 path on an AVX-512 machine), before anything is compiled.
+from tuner.settings import apply_cpu_override  # noqa: E402
+
+apply_cpu_override()
+
+# The kernel tests: every generated kernel's source and exactness, run a second time for the
+# AVX2 path (README "Install, run, test": TUNER_CPU=haswell python -m pytest -m "kernels and not
+# slow"), so both ISA classes are tested on any AVX-512 machine.
+KERNEL_TEST_FILES = frozenset({
+    "test_gemm_template.py", "test_conv2d_template.py", "test_dense_template.py",
+    "test_depthwise_template.py", "test_gemm_int8.py", "test_quant_register_requantize.py",
+    "test_quant_anchor_templates.py", "test_isa.py", "test_engine_space.py",
+    "test_conv_prologue.py", "test_int8_pool.py", "test_dispatch.py", "test_placement.py",
+})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in KERNEL_TEST_FILES:
+            item.add_marker(pytest.mark.kernels)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_cache(tmp_path_factory):

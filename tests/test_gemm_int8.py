@@ -213,7 +213,7 @@ EXACT_CASES = [   # 256-bit forms (every AVX2 CPU), then the 512-bit and VNNI fo
                          ids=[f"{o['dot']}-{o['vec']}-{'x'.join(map(str, s))}" for s, _, o in EXACT_CASES])
 def test_generated_kernels_are_exact_on_edges(shape, dtype, over, build_dir):
     if not supported(over["dot"], over["vec"], host_features()):
-        pytest.skip(f"this CPU does not execute {over['dot']} at {over['vec']} bits")
+        pytest.skip(f"the CPU compiled for has no {over['dot']} at {over['vec']} bits")
     t = GemmInt8Template()
     w = Gemm(*shape, dtype)
     cfg = t.default_config(w, 2).replace(**over)
