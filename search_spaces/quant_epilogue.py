@@ -14,10 +14,11 @@ The kernel adds the bias with the zero-point correction folded in (``corr[c] = b
 x_zero_point * sum_k w[c, k]``): ``acc + corr`` is then the reference's ``acc + bias``.
 
 ``tile_statements`` is the same arithmetic on a register tile (the micro-kernel's int32
-accumulators, 8 lanes per vector): ``vcvt_f32``, ``vmul``, ``vrint``, ``vmax``/``vmin``,
-``vcvt_i32`` and the saturating packs of ``runtime/simd_int8`` (AVX2), so an 8-bit output
-row of the tile leaves as 16 bytes per pair of vectors; a partial tile at the edge takes
-``statements`` lane by lane.
+accumulators, L = 8 lanes per vector at 256 bits, 16 at 512): ``vcvt_f32``, ``vmul``,
+``vrint``, ``vmax``/``vmin``, ``vcvt_i32`` and the packs of ``runtime/simd_int8`` (AVX2's
+saturating vpackssdw/vpackuswb; AVX-512's vpmovdb narrowing), so an 8-bit output row of the
+tile leaves as 2L bytes per pair of vectors; a partial tile at the edge takes ``statements``
+lane by lane.
 """
 from __future__ import annotations
 
@@ -131,7 +132,7 @@ def tile_statements(epilogue: list[dict], acc: list[list[str]], lanes: int, n: i
     of ``lanes`` lanes; an even number per row) as the epilogue's 8-bit levels into the flat
     output ``C`` of ``n`` channels, reading ``corr``, ``sc`` and the flat qadd operands
     ``e<k>`` at ``ci``, ``cj``. Row-major output (NHWC, dense): each row's bytes stored as
-    16-byte vectors. ``nchw``: rows are pixels of ``P`` per image, channels ``P`` apart: each
+    2 * ``lanes``-byte vectors. ``nchw``: rows are pixels of ``P`` per image, channels ``P`` apart: each
     4 rows x 16 channels stored transposed (``vstore_t4``: one 4-byte store per channel; MR a
     multiple of 4), a residual operand read the same way (``vload_t4``). A full tile in
     registers; a partial one (``mlen`` < MR, ``nlen`` < NR, or NCHW rows across two images)
