@@ -141,13 +141,21 @@ class Conv2dTemplate(Template):
             # 4 x 16 on 7 of 8 layers (sum 53.1 vs 55.1 ms), 8 x 8 was 1.9x slower, 6 x 16 with
             # A packed (M % 6 != 0) 1.2x slower; the AVX-512-shaped 8 x 16 / 16-lane tile
             # (what ran here before) 2.4-2.9x slower (docs/isa.md).
+            # AVX-512 (32 zmm), Intel Xeon (LLVM "rocketlake", 2026-12-01, ResNet-50 NCHW convs,
+            # 1 thread, thread CPU time, alternating, /tmp-only A/B through dispatch.load_kernel):
+            # 8 rows x 2 vectors (16 accumulators) beats the 8 x 16 tile fitted on Zen 4 at
+            # every N below 1024 (N = 196: 1.17x and 1.19x; N = 784: 1.15x, 1.17x; N = 49:
+            # 1.12x), and 8 x 48 (24 accumulators, 28 of 32 registers) beats 4 x 48 at
+            # N = 3136 (1.24x). Zen 4 (512-bit ops on 256-bit units) had preferred 8 x 16 by
+            # 2-9% under conv2d v3.
             nrs = sp.knob("nr").values
             vec = sp.knob("vec").values[-1]
             if isa.current().registers < 32:
                 nr = nrs[-1]
             else:
-                nr = 16 if pl["N"] < 1024 and 16 in nrs else best_nr(pl["N"], nrs, threshold=1.15)
-            rows = [r for r in ((8, 6, 4) if nr <= 2 * vec else (4, 6, 8))
+                nr = 2 * vec if pl["N"] < 1024 else best_nr(pl["N"], nrs, threshold=1.15)
+            wide_rows = (8, 6, 4) if isa.current().registers >= 32 else (4, 6, 8)
+            rows = [r for r in ((8, 6, 4) if nr <= 2 * vec else wide_rows)
                     if isa.current().spill_reason(r, nr // vec) is None]
             mr = next((r for r in rows if pl["M"] % r == 0), None)
             pack_a = mr is None
