@@ -98,8 +98,9 @@ def test_gemm_space_and_default_follow_the_isa(name):
         src = t.codegen(w, d)
     assert set(sp.knob("nr").values) - {1} <= {L // 2 * k for k in range(1, 9)}
     assert sp.knob("vec").values == (L // 2, L)
-    # Haswell-classic 6 x 16 fp32 on AVX2 (12 + 2 + 1 = 15 of 16 ymm); AVX-512 keeps 6 x 32
-    assert (d["mr"], d["nr"], d["vec"]) == (6, 2 * L, L)
+    # Haswell-classic 6 x 16 fp32 on AVX2 (12 + 2 + 1 = 15 of 16 ymm); AVX-512 6 x 64
+    # (24 + 4 + 1 = 29 of 32 zmm)
+    assert (d["mr"], d["nr"], d["vec"]) == (6, (2 if name == "avx2" else 4) * L, L)
     assert target.live_registers(d["mr"], d["nr"] // d["vec"]) <= target.registers
     assert f"vload(BB, pb + {L}, {L})" in src
 
@@ -137,7 +138,7 @@ def test_spill_is_invalid_before_compile_with_the_counts():
             t.codegen(w, bad)
         assert sp.is_valid(bad.replace(mr=6))                # 12 + 2 + 1 = 15 fits
     with isa.using(isa.AVX512):
-        assert t.space(w, 1).is_valid(t.default_config(w, 1).replace(mr=8))   # 16 + 2 + 1 of 32
+        assert t.space(w, 1).is_valid(t.default_config(w, 1).replace(mr=8, nr=32))   # 16 + 2 + 1 of 32
 
 
 def test_avx512_register_rule_is_the_former_28_accumulators():
