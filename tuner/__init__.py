@@ -29,7 +29,9 @@ def __getattr__(name: str):
     if name in _API:
         import importlib
 
-        return getattr(importlib.import_module(_API[name]), name)
+        value = getattr(importlib.import_module(_API[name]), name)
+        globals()[name] = value   # later lookups skip this hook (tuner.gemm is called per product)
+        return value
     raise AttributeError(f"module 'tuner' has no attribute {name!r}")
 
 

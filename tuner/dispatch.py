@@ -237,9 +237,19 @@ def _gemm_kernel(key: tuple):
     return _selected(key, make)
 
 
+_DTYPE_NAMES: dict[str, str] = {}   # dtype.str ('<f4') -> name (str(dtype) is slow Python code in NumPy)
+
+
 def _gemm_dtype(A: np.ndarray, B: np.ndarray, weights7: bool) -> str:
     """The workload dtype of ``A @ B``: the operands' own, or int8 for uint8 x int8 (int8w7
-    when the caller promises weights in [-64, 64]; checked, since that kernel relies on it)."""
+    when the caller promises weights in [-64, 64]; checked, since that kernel relies on it).
+    Compared by ``dtype.str`` (type and byte order): this runs on every ``tuner.gemm`` call."""
+    a, b = A.dtype.str, B.dtype.str
+    if a == b:
+        name = _DTYPE_NAMES.get(a)
+        if name is None:
+            name = _DTYPE_NAMES[a] = str(A.dtype)
+        return name
     if (A.dtype, B.dtype) == (np.uint8, np.int8):
         if not weights7:
             return "int8"

@@ -200,7 +200,7 @@ def _pack_intrinsic(signed: bool):
             if n == 16:
                 # AVX-512: each 16-lane half narrowed by vpmovdb (trunc), then joined. The
                 # callers' lanes are clamped to the 8-bit range already, so truncation is exact
-                # (vpmovdb's saturating twin vpmovusdb would only repeat the clamp).
+                # (the saturating forms, vpmovusdb / vpmovsdb, would only repeat the clamp).
                 halves = [builder.trunc(a, ir.VectorType(I8, 16)) for a in args]
                 return builder.shuffle_vector(halves[0], halves[1],
                                               ir.Constant(ir.VectorType(I32, 32), list(range(32))))
