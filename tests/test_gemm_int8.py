@@ -173,10 +173,11 @@ def test_constraints():
     assert "smaller" in sp.violation(cfg.replace(tile_n=16, nr=32, mr=1))
     wide = GemmInt8Template(AVX512_VNNI)
     wsp = wide.space(full, 1)
-    assert wsp.violation(wide.default_config(full).replace(dot="vnni", vec=256)) is None
+    assert wide.default_config(full)["nr"] == 64   # VNNI at 512 bits: 6 x 4 vectors
+    narrow = wide.default_config(full).replace(dot="vnni", vec=256, mr=4, nr=32)
+    assert wsp.violation(narrow) is None
     assert "multiple" in wsp.violation(wide.default_config(full).replace(nr=24, mr=2))
-    assert "not supported" in GemmInt8Template(AVX512_VNNI - {"avx512vl"}).space(full).violation(
-        wide.default_config(full).replace(dot="vnni", vec=256))
+    assert "not supported" in GemmInt8Template(AVX512_VNNI - {"avx512vl"}).space(full).violation(narrow)
 
 
 def test_avx512_source_generates_and_names_the_wide_intrinsics():
