@@ -147,10 +147,10 @@ class GemmInt8Template(Template):
     def default_vec(self) -> int:
         return 512 if supported("madd16", 512, self.features) else 256
 
-    def default_config(self, workload: Gemm, max_threads: int = 1, *, wide_tile: bool = True) -> Config:
+    def default_config(self, workload: Gemm, max_threads: int = 1, *, anchor: bool = False) -> Config:
         """A 4 (maddubs, vnni) or 6 (madd16) x 2-vector tile on packed panels, n/k/m blocks;
-        with threads, N split evenly. VNNI at 512 bits: 6 x 4 vectors (``wide_tile``; the
-        int8 anchors keep 4 x 2, which their register requantize was measured with)."""
+        with threads, N split evenly. VNNI at 512 bits: 6 x 4 vectors, or 8 x 2 for the int8
+        anchors (``anchor``: their NCHW register requantize stores 4 rows at a time)."""
         w = workload
         sp = self.space(w, max_threads)
         vec = self.default_vec()
@@ -165,11 +165,13 @@ class GemmInt8Template(Template):
         # vs 18.4 ms): one K block stores C once, and a 48 x 1024 A block stays in L2.
         mr, unroll = (6, 1) if dot == "madd16" else (4, 2)
         nv = 2
-        # VNNI at 512 bits, Intel Xeon (LLVM "rocketlake"), 2026-12-01, 1024^3, 1 thread,
-        # thread CPU time, alternating: 6 x 64 (24 accumulators + 2 of 32 zmm) 4.05-4.16 ms
+        # VNNI at 512 bits, Intel Xeon (LLVM "rocketlake"), 2026-12-01, 1 thread, thread CPU
+        # time, alternating. GEMM 1024^3: 6 x 64 (24 accumulators + 2 of 32 zmm) 4.05-4.16 ms
         # against 5.01-5.05 for 4 x 32 (1.21-1.24x; 8 x 48 and 8 x 32 1.15x, 6 x 48 1.09x).
-        if wide_tile and dot == "vnni" and vec == 512 and w.M >= 6 and w.N >= 8 * lanes:
-            mr, nv = 6, 4
+        # The anchors (qconv2d + requantize in registers, ResNet-50 stage-2 layers, NCHW and
+        # NHWC): 8 x 32 1.03-1.26x against 4 x 32 on all 8 layers, 4 x 64 1.02-1.20x.
+        if dot == "vnni" and vec == 512 and w.M >= (8 if anchor else 6) and w.N >= (2 if anchor else 8) * lanes:
+            mr, nv = (8, 2) if anchor else (6, 4)
         # a few rows of C (GEMV-like): no taller tile than there are rows (padding is work)
         mr = max(v for v in sp.knob("mr").values if v <= max(1, min(mr, w.M)))
         cfg = {"tile_m": pick_knob(sp, "tile_m", 48), "tile_n": pick_knob(sp, "tile_n", tile_n, at_least=True),

@@ -89,7 +89,7 @@ class QuantAnchorTemplate(Template):
 
     def default_config(self, workload, max_threads: int = 1) -> Config:
         """The engine's default, with the requantize in registers where it applies."""
-        cfg = dict(_engine().default_config(workload.gemm(), max_threads, wide_tile=False))
+        cfg = dict(_engine().default_config(workload.gemm(), max_threads, anchor=True))
         cfg["requantize"] = "registers"
         if self.register_reason(workload, cfg) is not None:
             cfg["requantize"] = "pass"
