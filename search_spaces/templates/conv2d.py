@@ -154,8 +154,7 @@ class Conv2dTemplate(Template):
                 nr = nrs[-1]
             else:
                 nr = 2 * vec if pl["N"] < 1024 else best_nr(pl["N"], nrs, threshold=1.15)
-            wide_rows = (8, 6, 4) if isa.current().registers >= 32 else (4, 6, 8)
-            rows = [r for r in ((8, 6, 4) if nr <= 2 * vec else wide_rows)
+            rows = [r for r in ((8, 6, 4) if nr <= 2 * vec or isa.current().registers >= 32 else (4, 6, 8))
                     if isa.current().spill_reason(r, nr // vec) is None]
             mr = next((r for r in rows if pl["M"] % r == 0), None)
             pack_a = mr is None
