@@ -165,6 +165,7 @@ class _Fixed:
     ([1.00e-3, 1.03e-3], [0.99e-3, 1.01e-3], False),   # a 1% "gain" inside 3% noise
     ([1.00e-3, 1.00e-3], [0.99e-3, 0.99e-3], False),   # 1%, no noise: below the 2% floor
     ([2.00e-3, 2.02e-3], [1.00e-3, 1.01e-3], True),    # 2x, 1% noise
+    ([2.10e-3, 1.00e-3], [1.00e-3, 1.00e-3], False),   # one default round slowed by interference
 ])
 def test_the_guard_refuses_a_noise_winner_and_accepts_a_real_one(store, default_times, best_times,
                                                                   accepted):
