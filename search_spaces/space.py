@@ -191,9 +191,9 @@ class ConfigSpace:
     def sample(self, rng: random.Random, max_tries: int = 100_000) -> Config:
         """One uniformly random valid config (rejection sampling)."""
         for _ in range(max_tries):
-            cfg = Config({k.name: rng.choice(k.values) for k in self.knobs})
-            if self.is_valid(cfg):
-                return cfg
+            values = {k.name: rng.choice(k.values) for k in self.knobs}
+            if self.is_valid(values):   # a Config (canonical JSON) only for a valid draw
+                return Config(values)
         raise InstantiationError("no valid config found by sampling; constraints too tight?")
 
     def count_valid(self, limit: int = 2_000_000) -> int | None:
