@@ -159,3 +159,30 @@ def test_a_candidate_slower_than_the_placement_cut_is_timed_on_one_placement(mea
     # far slower than the cutoff: one call, timed and checked
     (cut,) = measurer.measure(w, t, [naive], cutoff_s=r_fast.median)
     assert cut.ok and cut.info["cut_short"] and cut.samples == [cut.info["placements"][0]["median"]]
+
+
+def test_racing_stops_a_candidate_once_it_cannot_become_the_best(measurer):
+    """``race_cut_s``: from the second placement on, a candidate whose slowest placement so far
+    is slower than the best score is not timed on the rest (``placements_cut`` counts them)
+    and scores its slowest placement so far; below the bar it gets every placement, and
+    ``race=True`` takes the bar from the batch's fastest full measurement."""
+    from search_spaces.templates.gemm import GemmTemplate
+
+    t = GemmTemplate()
+    w = Gemm.parse("96x96x96")          # the modules of the tests above: no compile
+    fast = t.default_config(w, 1)
+    n = measurer.opts.placements
+    assert n > 2
+    (raced,) = measurer.measure(w, t, [fast], race_cut_s=1e-9)     # nothing beats that
+    assert raced.ok and raced.info["placements_cut"] == n - 2
+    placed = raced.info["placements"]
+    assert len(placed) == 2
+    assert raced.median == max(p["median"] for p in placed)
+    (full,) = measurer.measure(w, t, [fast], race_cut_s=10.0)      # cannot lose: all of them
+    assert full.ok and len(full.info["placements"]) == n and not full.info.get("placements_cut")
+    naive = fast.replace(mr=1, nr=1, loop_order="mnk", pack_a=False, pack_b=False,
+                         microkernel="loops", write_cache=False, unroll_k=1)
+    r_fast, r_naive = measurer.measure(w, t, [fast, naive], race=True)
+    assert len(r_fast.info["placements"]) == n
+    assert r_naive.ok and r_naive.info["placements_cut"] == n - 2
+    assert r_naive.median > r_fast.median

@@ -48,6 +48,9 @@ class TuneOptions:
     # one buffer placement only (of MeasureOptions.placements) for a candidate whose first
     # placement is this much slower than the best: its slowest placement could not be faster
     placement_cut_factor: float | None = 1.1
+    # racing: from its second placement on, a candidate slower than the best score so far on
+    # one of them is not timed on the rest (it cannot become the best; worker.time_placements)
+    race_placements: bool = True
     claim_ttl: float = 120.0      # seconds a claim lives without its owner's heartbeat
     seed_default: bool = True     # measure the template's default config in the first batch
     transfer: bool = True         # model: pre-train on other workloads' records (same target)
@@ -217,7 +220,9 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
                 results = measurer.measure(workload, template, configs, cutoff_s=cutoff,
                                            cutoff_factor=opts.cutoff_factor,
                                            placement_cut_s=pcut,
-                                           placement_cut_factor=opts.placement_cut_factor)
+                                           placement_cut_factor=opts.placement_cut_factor,
+                                           race_cut_s=best_time if opts.race_placements else None,
+                                           race=opts.race_placements)
                 ids = store.add_trials(run_id, workload, target, [
                     TrialRecord(template.name, template.version, c, opts.threads, r, strategy.name)
                     for c, r in zip(configs, results)])
@@ -279,7 +284,7 @@ def _remeasure_top(store: Store, measurer: Measurer, workload, template, target,
     ``Store.best`` scores a config by its slowest median, so a lucky sample loses once it is
     re-measured; repeating rounds keeps a once-measured config from inheriting the lead. The
     re-measurements run in the worker ``settle_best`` starts afresh. A config the
-    search timed on one placement only (``placements_cut``) counts as not measured again
+    search timed on some placements only (``placements_cut``) counts as not measured again
     yet, and a leader so timed after the rounds is measured again (at most ``max_rounds``
     times more): the best is one measured on every placement.
     """

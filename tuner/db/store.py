@@ -87,9 +87,9 @@ def rank_configs(rows: Sequence[TrialRow]) -> list[tuple[float, list[TrialRow]]]
 
 
 def placements_cut(rows: Sequence[TrialRow]) -> bool:
-    """Whether every measurement of a config timed it on one buffer placement only (a tuning
-    run's ``placements_cut``: far enough behind the best of its run), so it has no
-    slowest-placement score yet."""
+    """Whether every measurement of a config left buffer placements untimed (a tuning run's
+    ``placements_cut``: behind the best of its run on its first placement, or raced out
+    after a later one), so it has no slowest-placement score yet."""
     return all((r.info or {}).get("placements_cut") for r in rows)
 
 

@@ -150,14 +150,15 @@ class Measurer:
         return worker.call("build", req, self.opts.build_timeout)
 
     def _run(self, workload, template, config: Config, path: Path, cutoff_s: float | None,
-             placement_cut_s: float | None = None) -> dict:
+             placement_cut_s: float | None = None, race_cut_s: float | None = None) -> dict:
         o = self.opts
         req = {"path": str(path), "entry": template.entry, **workload_request(workload),
                "runtime_args": list(template.runtime_args(workload, config)),
                "prepared": list(prepared_inputs(template, workload, config)),
                "threads": template.threads(config), "warmup": o.warmup, "repeat": o.repeat,
                "min_repeat_ms": o.min_repeat_ms, "max_time_s": o.max_time_s, "check": o.check,
-               "cutoff_s": cutoff_s, "placement_cut_s": placement_cut_s, "placements": o.placements}
+               "cutoff_s": cutoff_s, "placement_cut_s": placement_cut_s, "race_cut_s": race_cut_s,
+               "placements": o.placements}
         return self._runner.call("run", req, o.run_timeout)
 
     # -- public ------------------------------------------------------------------------
@@ -165,7 +166,8 @@ class Measurer:
                 cutoff_s: float | None = None,
                 cutoff_factor: float | None = None,
                 placement_cut_s: float | None = None,
-                placement_cut_factor: float | None = None) -> list[MeasureResult]:
+                placement_cut_factor: float | None = None,
+                race_cut_s: float | None = None, race: bool = False) -> list[MeasureResult]:
         """One result per config, in order. ``cutoff_s``: a candidate whose first timed call
         is slower than this is recorded with that one sample (``info["cut_short"]``).
         ``cutoff_factor``: the cutoff is also this multiple of the fastest median measured so
@@ -174,7 +176,10 @@ class Measurer:
         config (one 1024^3 candidate at 1-4 s per call took 20-60 s over 4 placements).
         ``placement_cut_s`` / ``placement_cut_factor`` (the same two sources): a candidate
         whose first placement's median is slower than this is timed on that placement only
-        (``info["placements_cut"]``); the slowest of the others could only score it slower."""
+        (``info["placements_cut"]``); the slowest of the others could only score it slower.
+        ``race_cut_s`` / ``race`` (the best score so far, and the fastest full measurement of
+        this call): from its second placement on, a candidate already slower than that on one
+        of them is not timed on the rest (``worker.time_placements``)."""
         results: list[MeasureResult | None] = [None] * len(configs)
         paths: dict[int, Path] = {}
         for i, cfg in enumerate(configs):
@@ -241,7 +246,10 @@ class Measurer:
                 cut = min(cut or float("inf"), fastest * cutoff_factor)
             if placement_cut_factor and fastest is not None:
                 pcut = min(pcut or float("inf"), fastest * placement_cut_factor)
-            r = self._run(workload, template, configs[i], paths[i], cut, pcut)
+            race_cut = race_cut_s
+            if race and fastest is not None:
+                race_cut = min(race_cut or float("inf"), fastest)
+            r = self._run(workload, template, configs[i], paths[i], cut, pcut, race_cut)
             status = Status(r["status"])
             err = r.get("error", "")
             if status is Status.TIMEOUT:

@@ -134,7 +134,12 @@ def time_placements(fn: Callable[..., Any], w, inputs, outputs, expected, req: d
     than ``cutoff_s`` it is the candidate's one sample (``cut_short``: no further call);
     when the first placement's median exceeds ``placement_cut_s`` the other placements are
     not timed (``placements_cut``): their slowest median could only be slower still, so the
-    candidate's score stays above the cut.
+    candidate's score stays above the cut. Racing (``race_cut_s``, the best score so far):
+    from the second placement on, a candidate whose slowest placement so far is slower than
+    that score cannot become the best, and the rest are not timed either (its samples are
+    the slowest placement's so far; ``placements_cut`` counts those skipped). Measured on a
+    64-trial 1024^3 search (Zen 5, 2 threads): 30 of 64 candidates stopped after 2-3
+    placements, ~10 s of 34 s of timing saved (docs/measurement.md).
     """
     from tuner.measure.placement import placed_copies, rotation, spread
 
@@ -172,6 +177,11 @@ def time_placements(fn: Callable[..., Any], w, inputs, outputs, expected, req: d
         if len(found) == 1 and n > 1 and cut is not None and med > cut:
             return samples, {"number": timing["number"], "placements": [found[-1][2]],
                              "placements_cut": n - 1, "cpu_samples": cpu}
+        race = req.get("race_cut_s")
+        if 1 < len(found) < n and race is not None and max(f[0] for f in found) > race:
+            slowest = max(found, key=lambda f: f[0])
+            return slowest[1], {"number": slowest[2]["number"], "placements": [f[2] for f in found],
+                                "placements_cut": n - len(found), "cpu_samples": slowest[3]}
     slowest = max(found, key=lambda f: f[0])
     medians = [f[0] for f in found]
     info = {"number": slowest[2]["number"], "placements": [f[2] for f in found],
