@@ -67,6 +67,9 @@ def test_bench_compare_remeasures_each_databases_best(tmp_path):
     for e in data["entries"]:
         assert e["wall_s"] > 0 and len(e["samples"]) >= 6 and e["ratio"] > 0
         assert 0 < e["of_best"] <= 1
+        # what the database dispatches: its best, or the default that best did not beat
+        assert e["selected"] in ("best", "default kept")
+        assert (e["config"] == e["best_config"]) == (e["selected"] == "best")
     assert max(e["of_best"] for e in data["entries"]) == 1.0
     assert "| configs measured |" in p.stdout
     rep = tuner("bench", "report", str(out))
