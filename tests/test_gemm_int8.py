@@ -17,7 +17,8 @@ import pytest
 from llvmlite import ir
 
 from search_spaces import template_for
-from search_spaces.templates.gemm_int8 import GemmInt8Template, host_features, supported
+from search_spaces.isa import compile_features
+from search_spaces.templates.gemm_int8 import GemmInt8Template, supported
 from search_spaces.gemm_engine.int8_microkernels import generate
 from search_spaces.runtime.simd_int8 import emit_dot
 from workloads.errors import UsageError
@@ -25,7 +26,7 @@ from workloads.gemm import Gemm
 
 AVX512_VNNI = frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512vnni"})
 AVX2 = frozenset({"avx2", "fma"})
-needs_avx2 = pytest.mark.skipif("avx2" not in host_features(), reason="the int8 kernels need AVX2 to run")
+needs_avx2 = pytest.mark.skipif("avx2" not in compile_features(), reason="the int8 kernels need AVX2 to run")
 
 
 @pytest.fixture(scope="module")
@@ -213,7 +214,7 @@ EXACT_CASES = [   # 256-bit forms (every AVX2 CPU), then the 512-bit and VNNI fo
 @pytest.mark.parametrize("shape,dtype,over", EXACT_CASES,
                          ids=[f"{o['dot']}-{o['vec']}-{'x'.join(map(str, s))}" for s, _, o in EXACT_CASES])
 def test_generated_kernels_are_exact_on_edges(shape, dtype, over, build_dir):
-    if not supported(over["dot"], over["vec"], host_features()):
+    if not supported(over["dot"], over["vec"], compile_features()):
         pytest.skip(f"the CPU compiled for has no {over['dot']} at {over['vec']} bits")
     t = GemmInt8Template()
     w = Gemm(*shape, dtype)

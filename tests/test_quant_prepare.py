@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_quant_anchor_templates import qconv, qdense  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
-    "avx2" not in __import__("search_spaces.templates.gemm_int8", fromlist=["x"]).host_features(),
+    "avx2" not in __import__("search_spaces.isa", fromlist=["x"]).compile_features(),
     reason="the int8 engine needs AVX2")
 
 

@@ -16,7 +16,7 @@ from workloads.graph.fusion import fused_groups
 from workloads.graph.passes import optimize
 
 pytestmark = pytest.mark.skipif(
-    "avx2" not in __import__("search_spaces.templates.gemm_int8", fromlist=["x"]).host_features(),
+    "avx2" not in __import__("search_spaces.isa", fromlist=["x"]).compile_features(),
     reason="the int8 engine needs AVX2")
 
 

@@ -36,6 +36,7 @@ from search_spaces.gemm_engine.packing import (HELPER_JIT, pack_a_source, pack_b
                                                prologue_tail)
 from search_spaces.gemm_engine.blocked import emit_block_loops
 from search_spaces.gemm_engine.microkernels import indent, k_loop, register_tile_step
+from search_spaces.template import Template
 
 A_SOURCES = ("direct", "pack", "im2col_nhwc")
 B_SOURCES = ("direct", "pack", "pack_t", "im2col_nchw")
@@ -92,6 +93,21 @@ class Dims:
 
     def names(self) -> tuple[str, ...]:
         return tuple(k.lower() for k in self.runtime)
+
+
+class ShapeGenericTemplate(Template):
+    """A template on this core whose kernels take their shape, geometry and cache blocks as
+    arguments: ``dims(workload, config)`` names them (``Dims``), and the kernel is called
+    with the argument dimensions after its arrays (conv2d, dense)."""
+
+    def dims(self, w, config) -> Dims:
+        raise NotImplementedError
+
+    def runtime_args(self, workload, config) -> tuple:
+        return self.dims(workload, config).args()
+
+    def runtime_arg_names(self, workload, config) -> tuple[str, ...]:
+        return self.dims(workload, config).names()
 
 
 def gemm_dims(M: int, N: int, K: int, c: dict, b_src: str, dtype: str) -> dict[str, int]:

@@ -33,11 +33,10 @@ from search_spaces.gemm_engine.space import (best_nr, core_constraints, core_kno
 from search_spaces import isa
 from search_spaces.epilogue import Epilogue
 from search_spaces.space import Config, ConfigSpace, Knob
-from search_spaces.template import Template
 from search_spaces.templates.features import split_efficiency
 from workloads.errors import InstantiationError
 
-class Conv2dTemplate(Template):
+class Conv2dTemplate(core.ShapeGenericTemplate):
     name = "conv2d"
     # 4: shared B blocks packed by every thread (pack_b_split), two-chain narrow kernel;
     # 5: a per-channel prologue (batch norm + relu before a 1x1 conv) applied in pack_b;
@@ -203,12 +202,6 @@ class Conv2dTemplate(Template):
         if pl["groups"] > 1:
             values.update({"GROUPS": pl["groups"], "CG": g["C"] // pl["groups"]})
         return core.Dims(values, self.literal_dims)
-
-    def runtime_args(self, workload, config: Config) -> tuple:
-        return self.dims(workload, config).args()
-
-    def runtime_arg_names(self, workload, config: Config) -> tuple[str, ...]:
-        return self.dims(workload, config).names()
 
     def codegen(self, workload, config: Config) -> str:
         w = workload

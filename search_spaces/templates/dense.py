@@ -24,7 +24,6 @@ from search_spaces.gemm_engine import core
 from search_spaces.gemm_engine.space import core_constraints, core_knobs, default_core_config, repair
 from search_spaces.epilogue import DTYPE_SRC, Epilogue
 from search_spaces.space import Config, ConfigSpace, Constraint, Knob
-from search_spaces.template import Template
 from workloads.errors import InstantiationError
 
 
@@ -35,7 +34,7 @@ from workloads.errors import InstantiationError
 DOT_ROWS = 4
 
 
-class DenseTemplate(Template):
+class DenseTemplate(core.ShapeGenericTemplate):
     name = "dense"
     version = 6   # 5: the GEMM core of conv2d v4; 6: of conv2d v6
     workload_kind = "dense"
@@ -84,12 +83,6 @@ class DenseTemplate(Template):
             b_src = "pack_t" if g["weight"] == "NK" else ("pack" if config["pack_b"] else "direct")
             values = core.gemm_dims(g["M"], g["N"], g["K"], config, b_src, w.dtype)
         return core.Dims(values, self.literal_dims)
-
-    def runtime_args(self, workload, config: Config) -> tuple:
-        return self.dims(workload, config).args()
-
-    def runtime_arg_names(self, workload, config: Config) -> tuple[str, ...]:
-        return self.dims(workload, config).names()
 
     def codegen(self, workload, config: Config) -> str:
         w = workload

@@ -35,12 +35,6 @@ DOTS = ("madd16", "maddubs", "vnni")
 SMALL_PARALLEL_FLOPS = 2 * 128 ** 3   # default config: one thread below this much work
 
 
-def host_features() -> frozenset[str]:
-    """ISA features of the CPU the kernels are compiled for, as LLVM names them (avx2,
-    avx512bw, ...): the host's, or ``TUNER_CPU``'s (``isa.compile_features``)."""
-    return isa.compile_features()
-
-
 def supported(dot: str, vec: int, features: frozenset[str]) -> bool:
     """Whether ``dot`` at ``vec`` bits compiles to real instructions on a CPU with ``features``."""
     if vec == 512:
@@ -65,12 +59,13 @@ class GemmInt8Template(Template):
     runtime_knobs = ("tile_m", "tile_n", "tile_k")
 
     def __init__(self, features: frozenset[str] | None = None):
-        # None: the host's (tests pass another CPU's features to check its space)
+        # None: the compile target's (``isa.compile_features``: the host's, or TUNER_CPU's);
+        # tests pass another CPU's features to check its space
         self._features = features
 
     @property
     def features(self) -> frozenset[str]:
-        return self._features if self._features is not None else host_features()
+        return self._features if self._features is not None else isa.compile_features()
 
     def _check(self, w: Gemm) -> None:
         if w.dtype not in INT8_DTYPES:
