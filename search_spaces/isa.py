@@ -48,7 +48,13 @@ KNOWN_CPUS: dict[str, tuple[str, ...]] = {
     "icelake-server": _SKX + ("avx512vnni", "avx512vbmi"),
     "sapphirerapids": _SKX + ("avx512vnni", "avx512vbmi", "avx512bf16", "avxvnni"),
     "znver4": _SKX + ("avx512vnni", "avx512vbmi", "avx512bf16"),
+    "znver5": _SKX + ("avx512vnni", "avx512vbmi", "avx512bf16"),
 }
+# CPUs with two full-width 512-bit FMA pipes on which the GEMM template's default reads A in
+# place with a 4 x 4-vector tile (measured there: templates/gemm.py, docs/isa.md); other
+# AVX-512 CPUs keep the ISA's default (Zen 4 runs 512-bit FMAs on 256-bit pipes; the Intel
+# Xeon VM measured here exposed one 512-bit FMA unit, and its refit chose 6 x 4 packed).
+A_IN_PLACE_CPUS = frozenset({"znver5"})
 # Features that decide what a kernel may execute (an override must be a subset of the host's).
 EXECUTION_FEATURES = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl",
                       "avx512vnni", "avx512bf16", "avxvnni")
@@ -163,6 +169,12 @@ def compile_features() -> frozenset[str]:
         f |= {"avx512bw"} if forced.avx512bw else set()
         f |= {"avx512vnni"} if forced.avx512vnni else set()
     return frozenset(f)
+
+
+def tuned_cpu() -> str | None:
+    """The CPU defaults may be fitted to: the one Numba compiles for (host or ``TUNER_CPU``),
+    or None inside ``using(isa)``, which generates the ISA's generic defaults."""
+    return None if _forced.get() is not None else compile_cpu()[0]
 
 
 def current() -> Isa:

@@ -105,6 +105,48 @@ def test_gemm_space_and_default_follow_the_isa(name):
     assert f"vload(BB, pb + {L}, {L})" in src
 
 
+def test_gemm_default_reads_a_in_place_on_two_pipe_avx512_cpus(monkeypatch):
+    """On a CPU of ``isa.A_IN_PLACE_CPUS`` (AMD Zen 5) the float32 GEMM default is 4 x 4
+    vectors with A read in place and 64-column B blocks; elsewhere, inside ``isa.using``, for
+    rows that do not fill the 4-row tile and for too few columns to split, the ISA's default."""
+    t = get_template("gemm")
+    w = Gemm(1024, 1024, 1024)
+    with isa.using(isa.AVX512):
+        generic = t.default_config(w, 2)
+    cpu = {"name": "znver5"}
+    monkeypatch.setattr(isa, "compile_cpu",
+                        lambda: (cpu["name"], isa.known_cpu_features(cpu["name"]), True))
+    isa._features_of.cache_clear()
+    try:
+        d = t.default_config(w, 2)
+        assert (d["mr"], d["nr"], d["pack_a"], d["tile_n"], d["tile_k"]) == (4, 64, False, 64, 1024)
+        assert t.space(w, 2).is_valid(d)
+        for shape, threads in (((1022, 1024, 1024), 1), ((1024, 64, 1024), 2), ((1024, 1024, 1024), 2)):
+            with isa.using(isa.AVX512) if shape == (1024, 1024, 1024) else _nothing():
+                e = t.default_config(Gemm(*shape), threads)
+            assert (e["mr"], e["pack_a"]) == (6, True), shape
+        if _host_runs(isa.AVX512):    # the in-place default computes the right thing
+            from tuner.dispatch import load_kernel
+
+            for shape in ((96, 130, 70), (128, 256, 1100)):
+                v = Gemm(*shape)
+                for threads in (1, 2):
+                    c = t.default_config(v, threads)
+                    assert not c["pack_a"], (shape, threads)
+                    ins, outs = v.make_inputs(seed=5), v.make_outputs()
+                    load_kernel(v, t, c)(*ins, *outs)
+                    assert v.check(ins, outs, v.reference(ins)) is None, (shape, threads)
+        cpu["name"] = "znver4"
+        assert t.default_config(w, 2) == generic
+    finally:
+        isa._features_of.cache_clear()
+
+
+def _nothing():
+    import contextlib
+    return contextlib.nullcontext()
+
+
 @pytest.mark.parametrize("name", ["avx2", "avx512"])
 def test_conv_and_dense_spaces_follow_the_isa(name):
     from test_conv2d_template import conv_workload
@@ -176,7 +218,7 @@ def test_default_kernels_run_correctly(name, dtype):
     from tuner.dispatch import load_kernel
 
     t = get_template("gemm")
-    for shape in ((100, 70, 90), (4, 50, 33), (64, 64, 64)):
+    for shape in ((100, 70, 90), (4, 50, 33), (64, 64, 64), (96, 130, 70)):
         w = Gemm(*shape, dtype)
         with isa.using(target):
             for threads in (1, 2):
