@@ -57,6 +57,12 @@ class Template(ABC):
     def default_config(self, workload: Workload, max_threads: int = 1) -> Config:
         """A valid, reasonable config used as the fallback when nothing is tuned."""
 
+    def seed_configs(self, workload: Workload, max_threads: int = 1) -> list[Config]:
+        """Configs a tuning run measures in its first batch, the default first: a template may
+        add the defaults it has on other CPUs of the ISA, so a short search starts from each
+        known-good formulation instead of finding it by chance."""
+        return [self.default_config(workload, max_threads)]
+
     @abstractmethod
     def codegen(self, workload: Workload, config: Config) -> str:
         """Readable module source defining ``self.entry``. Raises InstantiationError."""

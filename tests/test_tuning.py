@@ -288,3 +288,45 @@ def test_a_run_never_ends_on_a_leader_measured_once(store):
     rows = [r for r in store.trials(workload_key=w.key) if r.config_hash == third.hash]
     assert len(rows) >= 2                        # measured again before it could lead
     assert lead.guard and lead.guard["best"] == third.hash and lead.guard["accepted"]
+
+
+class SeededGemm(SleepyGemm):
+    """A template that seeds a second known-good config after its default."""
+
+    name = "seeded_gemm"
+
+    def default_config(self, workload, max_threads=1):
+        return Config({"delay": 4})
+
+    def seed_configs(self, workload, max_threads=1):
+        return [self.default_config(workload, max_threads), Config({"delay": 0})]
+
+
+def test_a_run_measures_the_templates_seed_configs_first(store, measurer):
+    """``Template.seed_configs``: the first batch holds the default, then the template's other
+    seeds, before anything the strategy proposes; the run then finds the seeded winner even
+    with a budget that would not reach it in grid order."""
+    w = Gemm.parse("8x8x12")
+    s = tune(w, SeededGemm(), store, host_target(),
+             TuneOptions(strategy="random", trials=3, batch_size=3, progress=False,
+                         remeasure_top=0, guard_rounds=0), measurer=measurer)
+    rows = store.trials(workload_key=w.key)   # in the order recorded
+    assert [Config.from_json(r.config) for r in rows[:2]] == [Config({"delay": 4}), Config({"delay": 0})]
+    assert s.best.config == Config({"delay": 0})
+
+
+def test_gemm_seeds_the_isas_other_default():
+    """The GEMM template seeds both AVX-512 defaults (A packed, and A in place as on
+    ``isa.A_IN_PLACE_CPUS``) where both apply, its own first; AVX2 and small shapes one."""
+    from search_spaces import get_template, isa
+
+    t = get_template("gemm")
+    w = Gemm.parse("1024x1024x1024")
+    with isa.using(isa.AVX512):
+        seeds = t.seed_configs(w, 2)
+        assert seeds[0] == t.default_config(w, 2) and seeds[0]["pack_a"]
+        assert len(seeds) == 2 and not seeds[1]["pack_a"] and seeds[1]["mr"] == 4
+        assert all(t.space(w, 2).is_valid(c) for c in seeds)
+        assert len(t.seed_configs(Gemm.parse("24x40x16"), 2)) == 1
+    with isa.using(isa.AVX2):
+        assert len(t.seed_configs(w, 2)) == 1

@@ -52,7 +52,7 @@ class TuneOptions:
     # one of them is not timed on the rest (it cannot become the best; worker.time_placements)
     race_placements: bool = True
     claim_ttl: float = 120.0      # seconds a claim lives without its owner's heartbeat
-    seed_default: bool = True     # measure the template's default config in the first batch
+    seed_default: bool = True     # measure the template's seed configs (its default first) in the first batch
     transfer: bool = True         # model: pre-train on other workloads' records (same target)
     optuna_storage: str | None = "db"  # tpe: study in the records db ("db"), a URL, or None (memory)
     log_path: str | None = None   # JSON-lines journal of every recorded trial
@@ -165,7 +165,7 @@ def tune(workload, template, store: Store, target, opts: TuneOptions,
         return len(rows)
 
     resumed = sync()
-    seed_configs = [template.default_config(workload, opts.threads)] if opts.seed_default else []
+    seed_configs = template.seed_configs(workload, opts.threads) if opts.seed_default else []
     log = RunLog(opts.log_path)
     summary = TuneSummary(run_id=run_id, workload_key=workload.key, target_key=target.key,
                           threads=opts.threads, measured=0, resumed=resumed)
