@@ -5,6 +5,7 @@ Anything that sets TUNER_CPU runs in a subprocess: the override reconfigures Num
 whole process, and kernels compiled for a CPU this machine lacks would die of SIGILL."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -122,7 +123,7 @@ def test_gemm_default_reads_a_in_place_on_two_pipe_avx512_cpus(monkeypatch):
         assert (d["mr"], d["nr"], d["pack_a"], d["tile_n"], d["tile_k"]) == (4, 64, False, 64, 1024)
         assert t.space(w, 2).is_valid(d)
         for shape, threads in (((1022, 1024, 1024), 1), ((1024, 64, 1024), 2), ((1024, 1024, 1024), 2)):
-            with isa.using(isa.AVX512) if shape == (1024, 1024, 1024) else _nothing():
+            with isa.using(isa.AVX512) if shape == (1024, 1024, 1024) else contextlib.nullcontext():
                 e = t.default_config(Gemm(*shape), threads)
             assert (e["mr"], e["pack_a"]) == (6, True), shape
         if _host_runs(isa.AVX512):    # the in-place default computes the right thing
@@ -140,11 +141,6 @@ def test_gemm_default_reads_a_in_place_on_two_pipe_avx512_cpus(monkeypatch):
         assert t.default_config(w, 2) == generic
     finally:
         isa._features_of.cache_clear()
-
-
-def _nothing():
-    import contextlib
-    return contextlib.nullcontext()
 
 
 @pytest.mark.parametrize("name", ["avx2", "avx512"])

@@ -45,12 +45,12 @@ def bench_compare(workload, dbs: list[str], threads: int, rounds: int = 3,
     entries = []
     for url in dbs:
         store = open_store(url)
-        best = store.best(workload.key, target.key, threads, template.name, template.version)
+        # what a user of this database gets: the best, or the default it did not beat
+        sel = select_config(workload, template, store, target, threads, quiet=True)
+        best = sel.best
         if best is None:
             raise UsageError(f"{url} has no {template.name} v{template.version} record of {workload} "
                              f"on {target.key} with {threads} thread(s)")
-        # what a user of this database gets: the best, or the default it did not beat
-        sel = select_config(workload, template, store, target, threads, quiet=True)
         entries.append({"db": url, "config": dict(sel.config), "recorded_median_s": best.median,
                         "selected": "best" if sel.config == best.config else "default kept",
                         "best_config": dict(best.config),

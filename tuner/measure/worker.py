@@ -147,7 +147,8 @@ def time_placements(fn: Callable[..., Any], w, inputs, outputs, expected, req: d
     per_repeat = max(3, -(-int(req["repeat"]) // n)) if n > 1 else int(req["repeat"])
     per_time = float(req["max_time_s"]) / n
     found: list[tuple[float, list[float], dict, list[float]]] = []
-    for offsets in rotation(n, len(inputs) + len(outputs)):
+    plan = rotation(n, len(inputs) + len(outputs))   # at most n (the table's length)
+    for offsets in plan:
         if req.get("placements") is None:     # no rotation asked for: the given buffers
             ins, outs = inputs, outputs
         else:
@@ -178,16 +179,16 @@ def time_placements(fn: Callable[..., Any], w, inputs, outputs, expected, req: d
             return samples, {"number": timing["number"], "placements": [found[-1][2]],
                              "placements_cut": n - 1, "cpu_samples": cpu}
         race = req.get("race_cut_s")
-        if 1 < len(found) < n and race is not None and max(f[0] for f in found) > race:
-            slowest = max(found, key=lambda f: f[0])
-            return slowest[1], {"number": slowest[2]["number"], "placements": [f[2] for f in found],
-                                "placements_cut": n - len(found), "cpu_samples": slowest[3]}
+        if 1 < len(found) < len(plan) and race is not None and max(f[0] for f in found) > race:
+            break   # raced out: scored below on the placements timed, the rest counted as cut
     slowest = max(found, key=lambda f: f[0])
     medians = [f[0] for f in found]
     info = {"number": slowest[2]["number"], "placements": [f[2] for f in found],
             "placement_spread": spread(medians), "placement_rule": "slowest",
             "cpu_placement_spread": spread([f[2]["cpu_median"] for f in found]),
             "cpu_samples": slowest[3]}
+    if len(found) < len(plan):
+        info["placements_cut"] = len(plan) - len(found)
     return slowest[1], info
 
 
