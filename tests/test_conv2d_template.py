@@ -13,14 +13,15 @@ from workloads.graph.passes import optimize
 from workloads.fused import workload_for_group
 
 
-def conv_workload(C, H, O, k, s, level, residual=True, pad=None):
+def conv_workload(C, H, O, k, s, level, residual=True, pad=None, batch=1, dilation=1):
     b = GraphBuilder("g")
-    x = b.input("x", (1, C, H, H + 1))
+    x = b.input("x", (batch, C, H, H + 1))
     rng = np.random.default_rng(0)
     w = b.const(rng.standard_normal((O, C, k, k)).astype(np.float32))
     bias = b.const(rng.standard_normal((O, 1, 1)).astype(np.float32))
     p = k // 2 if pad is None else pad
-    y = b.op("add", b.op("conv2d", x, w, strides=[s, s], padding=[p, p]), bias)
+    attrs = {"dilation": [dilation, dilation]} if dilation > 1 else {}
+    y = b.op("add", b.op("conv2d", x, w, strides=[s, s], padding=[p, p], **attrs), bias)
     if residual:
         r = b.input("r", b.type_of(y).shape)
         y = b.op("add", y, r)
@@ -77,7 +78,8 @@ def test_nchw_im2col_rows_every_stride(k, s, pad):
 @pytest.mark.parametrize("level", [2, 3])
 def test_pointwise_conv_reads_operands_in_place(level):
     t = get_template("conv2d")
-    w = conv_workload(8, 6, 24, 1, 1, level, pad=0)
+    # NHWC: B (the weights) in place needs NR to divide N (window_edge): 32 output channels
+    w = conv_workload(8, 6, 24 if level == 2 else 32, 1, 1, level, pad=0)
     assert t.plan(w)["pointwise"]
     sp = t.space(w, 1)
     assert sp.knob("pack_a").values == (False, True) and sp.knob("pack_b").values == (False, True)
@@ -312,3 +314,66 @@ def test_shared_image_block_is_packed_by_every_thread():
 def test_shared_image_block_packed_by_every_thread_is_exact():
     t, w, cfg = shared_image_conv()
     assert check(w, cfg) is None
+
+
+# -- NHWC: direct convolution (the image read through its windows, weights packed once) -------
+def prepared_check(w, cfg):
+    """The form a built model runs: the weight packed once by ``prepare``, then
+    ``kernel_prepared`` (search_spaces/template.py), against the reference."""
+    from search_spaces.template import prepare_kernel
+    from tuner.measure.kernel_key import import_kernel_module
+    from tuner.measure.measurer import write_source
+
+    t = get_template("conv2d")
+    idx = t.prepared_inputs(w, cfg)
+    assert idx == (w.p["anchor_inputs"][1],)
+    mod = import_kernel_module(write_source(t.codegen(w, cfg), template=t))
+    x, out = w.make_inputs(), w.make_outputs()
+    pk = prepare_kernel(mod, idx, x, t.runtime_args(w, cfg))
+    pk(*x, *out)
+    return w.check(x, out, w.reference(x))
+
+
+@pytest.mark.parametrize("k,s,pad,dil,batch", [(3, 1, 1, 1, 1), (3, 2, 1, 1, 2), (1, 2, 0, 1, 1),
+                                               (7, 2, 3, 1, 1), (5, 3, 2, 1, 1), (3, 1, 0, 1, 2),
+                                               (3, 1, 2, 2, 1), (1, 1, 0, 1, 2)])
+def test_nhwc_window_conv_every_geometry(k, s, pad, dil, batch):
+    """The default NHWC conv is direct: A is the (zero-padded) image read in place through
+    each output pixel's window (``window_nhwc``: no im2col copy), B the weights packed once
+    into whole-K panels (``prepacked``). Strides, padding, dilation, two images (pixel tiles
+    crossing from one image into the next), a partial last pixel tile, K blocks that end
+    inside a window position, and the im2col-packed form it replaced, all exact."""
+    t = get_template("conv2d")
+    w = conv_workload(5, 11, 20, k, s, 3, pad=pad, batch=batch, dilation=dil)
+    assert w.geometry["data_layout"] == "NHWC"
+    d = t.default_config(w, 1)
+    assert not d["pack_a"] and d["pack_b"]
+    assert t.a_source(t.plan(w), d) == "window_nhwc"
+    assert t.b_source(t.plan(w), d) == "prepacked"
+    src = t.codegen(w, d)
+    assert "def pack_a" not in src and "def prepare(" in src and "def kernel_prepared(" in src
+    assert ("Xp = pad_image(X, geo)" in src) == (pad > 0)
+    assert check(w, d) is None                # the entry: prepare + kernel_prepared per call
+    assert prepared_check(w, d) is None       # what a build binds
+    sp = t.space(w, 2)
+    # K blocks of 16 steps: windows of 5 channels split mid-position; several store modes
+    blocked = d.replace(tile_k=16, tile_m=16, tile_n=16, mr=4, nr=16, vec=8, loop_order="kmn",
+                        parallel="m", threads=2)
+    assert sp.is_valid(blocked), sp.violation(blocked)
+    assert prepared_check(w, blocked) is None
+    packed = d.replace(pack_a=True)           # implicit im2col, packed per call
+    assert sp.is_valid(packed) and prepared_check(w, packed) is None
+
+
+def test_nhwc_window_with_weights_in_place_needs_whole_panels():
+    """B read in place has no edge kernel for a window A: NR must divide N."""
+    t = get_template("conv2d")
+    w = conv_workload(4, 6, 20, 3, 1, 3)
+    sp = t.space(w, 1)
+    d = t.default_config(w, 1)
+    bad = d.replace(pack_b=False, nr=16, tile_n=16)
+    assert not sp.is_valid(bad) and "window_edge" in sp.violation(bad)
+    w32 = conv_workload(4, 6, 32, 3, 1, 3)
+    ok = t.default_config(w32, 1).replace(pack_b=False, nr=16, tile_n=16)
+    assert t.space(w32, 1).is_valid(ok)
+    assert t.prepared_inputs(w32, ok) == () and check(w32, ok) is None

@@ -6,10 +6,15 @@ Where A and B come from is a *source* (chosen by the template):
 
 - A: ``direct`` (a row-major [M, K] matrix, e.g. OIHW weights or NHWC pixels of a 1x1 conv),
   ``pack`` (the same, copied into MR-row panels), ``im2col_nhwc`` (implicit im2col of an
-  NHWC image, packed into MR-row panels);
+  NHWC image, packed into MR-row panels), ``window_nhwc`` (the same rows read in place: row
+  q of A is output pixel q's window of a zero-padded NHWC image, step k = (kh*KW + kw)*CI + c
+  its element ``(kh*DH*WP + kw*DW)*CI + c`` past the window's corner; no copy of the 9x
+  larger im2col matrix: a direct convolution, ``window_micro_source``);
 - B: ``direct`` (row-major [K, N], e.g. HWIO weights), ``pack`` (copied into NR-column
   panels), ``pack_t`` (panels of W^T from a row-major [N, K] dense weight), ``im2col_nchw``
-  (implicit im2col of one NCHW image, packed into NR-column panels).
+  (implicit im2col of one NCHW image, packed into NR-column panels), ``prepacked`` (constant
+  weights packed once, before the first call, as whole-K NR-column panels ``[N/NR][K][NR]``,
+  zero past N: the template's ``prepare``).
 
 The micro-kernel is the GEMM template's formulation (``search_spaces.runtime.simd``: MR x NR/VEC
 vector accumulators, vector loads of B, broadcasts of A, ``llvm.fma``), generated here so it
@@ -38,8 +43,9 @@ from search_spaces.gemm_engine.blocked import emit_block_loops
 from search_spaces.gemm_engine.microkernels import indent, k_loop, register_tile_step
 from search_spaces.template import Template
 
-A_SOURCES = ("direct", "pack", "im2col_nhwc")
-B_SOURCES = ("direct", "pack", "pack_t", "im2col_nchw")
+A_SOURCES = ("direct", "pack", "im2col_nhwc", "window_nhwc")
+WINDOW_DIMS = ("M", "CI", "KW", "OH", "OW", "SH", "SW", "DH", "DW", "HP", "WP")
+B_SOURCES = ("direct", "pack", "pack_t", "im2col_nchw", "prepacked")
 PREFETCH_BYTES = 1 << 20   # outputs at least this large get software prefetches per tile
 
 
@@ -199,6 +205,115 @@ def micro_source(mr: int, nr: int, vec: int, a_src: str, b_src: str,
     return lines
 
 
+def window_names(b_src: str) -> list[str]:
+    """The dimensions the window micro-kernel reads: the geometry mapping a pixel and a step
+    of K to the padded image (``WINDOW_DIMS``), and B's row stride N when B is read in place."""
+    return list(WINDOW_DIMS) + (["N"] if b_src == "direct" else [])
+
+
+def window_micro_source(mr: int, nr: int, vec: int, b_src: str, dims: Dims) -> list[str]:
+    """The micro-kernel of a direct NHWC convolution (A source ``window_nhwc``): the tile's
+    MR rows are output pixels q0.. (a partial last tile repeats the last pixel: computed,
+    never stored), each read in place through its window of the zero-padded image ``AA``
+    (``pad_image``). The K block [p0, p0 + kc) runs as segments of one window position (kh,
+    kw) each, contiguous in the channels; per step, the register-tile step of ``micro_source``
+    (NR/VEC vector loads of B, MR broadcasts of the pixels' channel, MR x NR/VEC FMAs)."""
+    nv = nr // vec
+    b_ps = "NR" if b_src != "direct" else "N"
+    acc = [[f"c_{r}_{v}" for v in range(nv)] for r in range(mr)]
+    names = dims.pick(window_names(b_src))
+    # inlined into gemm_core: no call per tile (its array arguments' reference counting and
+    # spilled registers cost ~5% of a 3x3 layer)
+    lines = [f'@numba.njit({HELPER_JIT}, inline="always")',
+             f"def micro_kernel(AA, a_base, q0, BB, b, p0, kc, T{_tail(names)}):",
+             f'    """T = window rows of pixels q0..q0+{mr - 1} @ B tile ({nr} columns) over K steps p0..p0+kc,',
+             f"    in {mr * nv} vector registers of {vec} lanes; B(p, c) = BB[b + (p - p0)*{b_ps} + c]."
+             '"""']
+    # pixel and window position advanced by counters: no division per row or segment
+    # (runtime divisors cost ~10% of a 3x3 layer's tile at K = 576)
+    body = ["img = q0 // (OH * OW)",
+            "oh = (q0 - img * (OH * OW)) // OW",
+            "ow = q0 - img * (OH * OW) - oh * OW"]
+    for r in range(mr):
+        if r:
+            body += [f"if q0 + {r} < M:   # past the end: the last pixel again",
+                     "    ow += 1",
+                     "    if ow == OW:",
+                     "        ow = 0",
+                     "        oh += 1",
+                     "        if oh == OH:",
+                     "            oh = 0",
+                     "            img += 1"]
+        body.append(f"o_{r} = a_base + ((img * HP + oh * SH) * WP + ow * SW) * CI")
+    for r in range(mr):
+        body.append(" = ".join(acc[r]) + f" = vsplat(ZERO, {vec})")
+    body += ["seg = p0 // CI   # window position kh * KW + kw of step p0",
+             "c0 = p0 - seg * CI",
+             "kh = seg // KW",
+             "kw = seg - kh * KW",
+             "k = p0",
+             "pb = b",
+             "while k < p0 + kc:   # one window position (kh, kw) per segment",
+             "    n = min(CI - c0, p0 + kc - k)",
+             "    d = (kh * DH * WP + kw * DW) * CI + c0"]
+    step = register_tile_step(
+        mr, nv, [],
+        lambda v: f"vload(BB, pb + {v * vec}, {vec})",
+        lambda r: f"vbroadcast(AA, o_{r} + d + p, {vec})",
+        lambda r, v: f"{acc[r][v]} = vfma(a_{r}, b_{v}, {acc[r][v]})")
+    body += ["    for p in range(n):"] + indent(step + [f"pb += {b_ps}"], 8)
+    body += ["    k += n",
+             "    c0 = 0",
+             "    kw += 1",
+             "    if kw == KW:",
+             "        kw = 0",
+             "        kh += 1"]
+    for r in range(mr):
+        body += [f"vstore(T, {r * nr + v * vec}, {acc[r][v]})" for v in range(nv)]
+    return lines + indent(body)
+
+
+def prepack_source() -> list[str]:
+    """prepare(pw): an HWIO weight [KH, KW, CI, O] (or any [..., O] whose leading axes are
+    K) as whole-K NR-column panels, the B source ``prepacked`` (once per weight)."""
+    return ["@numba.njit(cache=True)", "def prepare(pw):",
+            '    """The weight as the kernel reads it: BP[(q * K + k) * NR + c] = W[k, q * NR + c],',
+            '    zeros past the last column. Called once per weight by a build."""',
+            "    n = pw.shape[-1]",
+            "    k_all = pw.size // n",
+            "    Wt = pw.reshape(-1)",
+            "    panels = (n + NR - 1) // NR",
+            "    BP = np.zeros(panels * k_all * NR, DTYPE)",
+            "    for q in range(panels):",
+            "        w = min(NR, n - q * NR)",
+            "        for k in range(k_all):",
+            "            for c in range(w):",
+            "                BP[(q * k_all + k) * NR + c] = Wt[k * n + q * NR + c]",
+            "    return (BP,)"]
+
+
+def pad_source(dims: Dims) -> list[str]:
+    """pad_image(X, geo): the NHWC images zero-padded to HP x WP (what ``window_nhwc`` reads:
+    every window in bounds, no test per step); one pass over the image, each image row one
+    contiguous copy (per-pixel bounds tests made the copy 14% of a 56 x 56 x 64 3x3 layer)."""
+    return [_jit(), "def pad_image(X, geo):",
+            '    """X (flat NHWC, NIMG images of H x W x CI) into a new HP x WP padded copy."""',
+            *indent(dims.unpack()),
+            "    Xp = np.empty(NIMG * HP * WP * CI, DTYPE)",
+            "    row = W * CI",
+            "    for img in range(NIMG):",
+            "        base = img * HP * WP * CI",
+            "        Xp[base:base + PT * WP * CI] = ZERO   # rows above",
+            "        for ih in range(H):",
+            "            o = base + ((PT + ih) * WP) * CI",
+            "            Xp[o:o + PL * CI] = ZERO",
+            "            i = (img * H + ih) * row",
+            "            Xp[o + PL * CI:o + PL * CI + row] = X[i:i + row]",
+            "            Xp[o + PL * CI + row:o + WP * CI] = ZERO",
+            "        Xp[base + (PT + H) * WP * CI:base + HP * WP * CI] = ZERO   # rows below",
+            "    return Xp"]
+
+
 def narrow_chains(mr: int) -> int:
     """Accumulator sets of the half-vector micro-kernel: one is MR registers, whose FMA chains
     along K are latency-bound (Zen 3: 4-cycle FMA, two per cycle: 8 independent chains keep
@@ -325,7 +440,7 @@ def splits_pack_b(c: dict, b_src: str) -> bool:
     would pack them while the others wait; every thread packs a share of them instead
     (``pack_b_split_lines``)."""
     par, order = c["parallel"], c["loop_order"]
-    return (b_src != "direct" and par not in ("none", "g")
+    return (b_src not in ("direct", "prepacked") and par not in ("none", "g")
             and max(order.index("k"), order.index("n")) < order.index(par))
 
 
@@ -335,7 +450,7 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
     index; when PREFETCH, each tile's output lines (and full epilogue operands) are requested
     first; ``narrow``: the half-vector micro-kernel's width (run when nlen <= NARROW)."""
     order, par = c["loop_order"], c["parallel"]
-    pack_a, pack_b = a_src != "direct", b_src != "direct"
+    pack_a, pack_b = a_src not in ("direct", "window_nhwc"), b_src not in ("direct", "prepacked")
     level_a = max(order.index("m"), order.index("k"))
     level_b = max(order.index("k"), order.index("n"))
     level_par = order.index(par) if par != "none" else -1
@@ -374,9 +489,14 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
         body.append(f"{ind}mode = 0 if p0 == 0 else (2 if p0 + kc >= K else 1)")
     a_arg = ("Ap", "(ir // MR) * kc * MR") if pack_a else ("A", "a_base + (i0 + ir) * K + p0")
     b_arg = ("Bp", "(jr // NR) * kc * NR") if pack_b else ("B", "b_base + p0 * N + j0 + jr")
+    if b_src == "prepacked":   # the panel of columns j0 + jr, from step p0
+        b_arg = ("B", "b_base + ((j0 + jr) // NR) * (K * NR) + p0 * NR")
     call = f"{a_arg[0]}, {a_arg[1]}, {b_arg[0]}, {b_arg[1]}, kc, T"
     strides = _tail(dims.pick(stride_names(a_src, b_src)))
     micro_call = call + strides
+    if a_src == "window_nhwc":   # A read through the window of the tile's first pixel
+        micro_call = (f"A, a_base, i0 + ir, {b_arg[0]}, {b_arg[1]}, p0, kc, T"
+                      + _tail(dims.pick(window_names(b_src))))
     n_arg = "".join(n + ", " for n in dims.pick(["N"]))
     body += [f"{ind}for jr in range(0, nc, NR):",
              f"{ind}    nlen = min(NR, nc - jr)",
@@ -423,12 +543,16 @@ def module_parts(dims: Dims, dtype: str, c: dict, a_src: str, b_src: str,
     (one K block or several, a half-width last panel, prefetching) is an argument too
     (``gemm_dims``): the functions for every case are generated."""
     parts = [constants(dtype, c, dims)]
-    if a_src != "direct":
+    if a_src not in ("direct", "window_nhwc"):
         parts.append(pack_a_source(a_src, dims))
-    if b_src != "direct":
+    if b_src not in ("direct", "prepacked"):
         parts.append(pack_b_source(b_src, dims, sw, c["nr"], c["vec"], pro))
-    parts.append(micro_source(c["mr"], c["nr"], c["vec"], a_src, b_src, dims=dims))
-    narrow = narrow_kernel_width(c, b_src)
+    if a_src == "window_nhwc":
+        parts.append(window_micro_source(c["mr"], c["nr"], c["vec"], b_src, dims))
+        parts.append(pad_source(dims))
+    else:
+        parts.append(micro_source(c["mr"], c["nr"], c["vec"], a_src, b_src, dims=dims))
+    narrow = narrow_kernel_width(c, b_src) if a_src != "window_nhwc" else 0
     if narrow:
         parts.append(micro_source(c["mr"], narrow, narrow, a_src, b_src, "micro_kernel_narrow",
                                   c["nr"], dims, chains=narrow_chains(c["mr"])))

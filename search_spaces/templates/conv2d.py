@@ -32,7 +32,7 @@ from search_spaces.gemm_engine.space import (best_nr, core_constraints, core_kno
                                              default_core_config)
 from search_spaces import isa
 from search_spaces.epilogue import Epilogue
-from search_spaces.space import Config, ConfigSpace, Knob
+from search_spaces.space import Config, ConfigSpace, Constraint, Knob
 from search_spaces.templates.features import split_efficiency
 from workloads.errors import InstantiationError
 
@@ -42,7 +42,8 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
     # 5: a per-channel prologue (batch norm + relu before a 1x1 conv) applied in pack_b;
     # 6: the split packing a prange of the parallel core (no parallel function of its own),
     # the edge kernel only where a tile can be partial, helpers without wrappers or cache
-    version = 6
+    # 7: NHWC convs read their image through the windows in place (``window_nhwc``)
+    version = 7
     workload_kind = "conv2d"
     entry = "kernel"
     # Cache blocks are arguments (with the shape and geometry: ``dims``); configs differing in
@@ -95,9 +96,38 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
             raise InstantiationError("a conv2d prologue needs per-channel operands and vector ops")
         return pro
 
+    @staticmethod
+    def a_source(pl: dict, c: Mapping) -> str:
+        """Where A comes from: a conv's NHWC image is read through its windows in place
+        (``window_nhwc``: a direct convolution) or packed by implicit im2col (``pack_a``)."""
+        if pl["layout"] == "NHWC" and not c["pack_a"]:
+            # pointwise too: a partial tile repeats its last pixel instead of running the
+            # scalar edge kernel of an A read in place (M = 196, 8 rows: 1.26 -> 0.68 ms)
+            return "window_nhwc"
+        if pl["a"] == "direct":
+            return "pack" if c["pack_a"] else "direct"
+        return pl["a"]
+
+    @staticmethod
+    def b_source(pl: dict, c: Mapping) -> str:
+        """Where B comes from: the image packed per call (NCHW), or the weights read in place,
+        or (NHWC, ``pack_b``) packed once per weight as whole-K panels (``prepacked``)."""
+        if pl["b"] != "direct":
+            return pl["b"]
+        if not c["pack_b"]:
+            return "direct"
+        return "prepacked" if pl["layout"] == "NHWC" else "pack"
+
+    def prepared_inputs(self, workload, config) -> tuple[int, ...]:
+        """The weight, where it is packed once (``prepacked``: NHWC with ``pack_b``)."""
+        if self.b_source(self.plan(workload), config) == "prepacked":
+            return (workload.p["anchor_inputs"][1],)
+        return ()
+
     def space(self, workload, max_threads: int = 1) -> ConfigSpace:
         pl = self.plan(workload)
-        pack_a = (True,) if pl["a"] != "direct" else (False, True)
+        # NHWC: pack_a=False reads the image in place (through its windows when not pointwise)
+        pack_a = (True,) if pl["a"] not in ("direct", "im2col_nhwc") else (False, True)
         # a prologue is applied while the image is packed: B is always packed then
         pack_b = (True,) if pl["b"] != "direct" or workload.prologue else (False, True)
         target = isa.current()
@@ -108,15 +138,24 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
             knobs = [Knob("parallel", ("none", "m", "n", "g"), False,
                           "block loop run with numba.prange ('g': the groups)")
                      if k.name == "parallel" else k for k in knobs]
-        return ConfigSpace(knobs, core_constraints(pl["M"], pl["N"], target))
+        constraints = core_constraints(pl["M"], pl["N"], target)
+        if pl["layout"] == "NHWC":
+            N = pl["N"]
+
+            def window_edge(c):
+                # the scalar edge kernel reads A with GEMM strides: not through windows
+                if not c["pack_a"] and not c["pack_b"] and N % c["nr"]:
+                    return (f"a window A (pack_a=False) with B in place needs nr={c['nr']} to "
+                            f"divide N={N} (no edge kernel): pack B")
+                return None
+            constraints.append(Constraint("window_edge", window_edge))
+        return ConfigSpace(knobs, constraints)
 
     def default_config(self, workload, max_threads: int = 1) -> Config:
         pl = self.plan(workload)
         sp = self.space(workload, max_threads)
         if pl["layout"] == "NHWC":
-            # Pack the weights only when the image is large enough to amortise the copy.
-            pack_a = pl["a"] != "direct" or pl["K"] > 256
-            pack_b = pl["M"] >= 1024
+            return self._nhwc_default(sp, pl, max_threads)
         else:
             # Measured (ResNet-50 shapes, 1 thread, CPU time beside BLAS, v2): the weights
             # read in place are never slower than packed per call (and 15% faster at
@@ -170,6 +209,22 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
         return default_core_config(sp, pl["M"], pl["N"], pl["K"], max_threads, pack_a, pack_b)
 
     @staticmethod
+    def _nhwc_default(sp: ConfigSpace, pl: dict, max_threads: int) -> Config:
+        """A direct convolution: the image read in place through its windows (or as A itself
+        when pointwise), the HWIO weights read in place as B where NR divides the output
+        channels (packed otherwise); 8 pixels x 2 vectors of channels (AVX2: 6 x 2)."""
+        vec = sp.knob("vec").values[-1]
+        nr = 2 * vec
+        mr = 8 if isa.current().registers >= 32 else 6
+        pack_b = True
+        cfg = default_core_config(sp, pl["M"], pl["N"], pl["K"], max_threads, False, pack_b,
+                                  nr=nr, mr=mr)
+        ks = [v for v in sp.knob("tile_k").values if v >= pl["K"]]
+        if ks and pl["K"] <= 1536:
+            cfg = cfg.replace(tile_k=ks[0])
+        return cfg
+
+    @staticmethod
     def _group_split(cfg: Config, pl: dict) -> Config:
         """Groups in parallel (one region per call, each group's GEMM on one thread) where
         they split across the threads at least as evenly as the blocks of one GEMM: one
@@ -193,7 +248,7 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
         kernel (``literal_dims`` stay module constants), so layers whose configs share the
         micro-kernel variant share one module (docs/compile-once.md)."""
         pl, g = self.plan(w), w.geometry
-        b_src = pl["b"] if pl["b"] != "direct" else ("pack" if config["pack_b"] else "direct")
+        b_src = self.b_source(pl, config)
         values = core.gemm_dims(pl["M"], pl["N"], pl["K"], config, b_src, w.dtype)
         values.update({"H": g["H"], "W": g["W"], "CI": g["C"], "KH": g["KH"], "KW": g["KW"],
                        "OH": g["OH"], "OW": g["OW"], "SH": g["SH"], "SW": g["SW"],
@@ -201,7 +256,16 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
                        "IMAGES": pl["batches"]})
         if pl["groups"] > 1:
             values.update({"GROUPS": pl["groups"], "CG": g["C"] // pl["groups"]})
+        if self.a_source(pl, config) == "window_nhwc":
+            hp, wp = self.padded(g)
+            values.update({"NIMG": g["N"], "HP": hp, "WP": wp, "NARROW": 0})
         return core.Dims(values, self.literal_dims)
+
+    @staticmethod
+    def padded(g) -> tuple[int, int]:
+        """Rows and columns of the zero-padded image every window of the output reads."""
+        return (max(g["PT"] + g["H"], (g["OH"] - 1) * g["SH"] + (g["KH"] - 1) * g["DH"] + 1),
+                max(g["PL"] + g["W"], (g["OW"] - 1) * g["SW"] + (g["KW"] - 1) * g["DW"] + 1))
 
     def codegen(self, workload, config: Config) -> str:
         w = workload
@@ -212,8 +276,8 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
         x_idx, w_idx = w.p["anchor_inputs"]
         epi = Epilogue(w.epilogue, w.out_shape, w.dtype, pl["rows"], pl["cols"])
         pro = self.prologue(w)
-        a_src = pl["a"] if pl["a"] != "direct" else ("pack" if c["pack_a"] else "direct")
-        b_src = pl["b"] if pl["b"] != "direct" else ("pack" if c["pack_b"] else "direct")
+        a_src = self.a_source(pl, c)
+        b_src = self.b_source(pl, c)
         G = pl["groups"]
         dims = self.dims(w, c)
         sw = g["SW"] if g["SW"] in (1, 2) else 3
@@ -238,6 +302,17 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
         core_c = dict(c, parallel="none", threads=1) if by_group else c
         parts = [head] + core.module_parts(dims, w.dtype, core_c, a_src, b_src, epi, sw, pro)
         jit = "@numba.njit(cache=True, parallel=True)" if by_group else "@numba.njit(cache=True)"
+        prepacked = b_src == "prepacked"
+        if prepacked:   # kernel = prepare + kernel_prepared (search_spaces/template.py)
+            parts.append(core.prepack_source())
+            # kernel_prepared takes the inputs not prepared, then BP, then out (PreparedKernel)
+            kept = ", ".join(f"p{k}" for k in range(n_params) if k != w_idx)
+            rest = signature[signature.index(", out"):]
+            parts.append(["@numba.njit(cache=True)", f"def {signature}:",
+                          '    """Every element of out is written: the weight packed, then kernel_prepared."""',
+                          f"    BP = prepare(p{w_idx})[0]",
+                          f"    kernel_prepared({kept}, BP{rest}"])
+            signature = f"kernel_prepared({kept}, BP{rest}"
         kern = [jit, f"def {signature}:",
                 '    """Every element of out is written (inputs C-contiguous)."""']
         body = ([dims.pack()] + dims.unpack()) if dims.runtime else ["geo = ()"]
@@ -246,8 +321,12 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
         if pro is not None:
             body += pro.prep_lines()
             pro_args = pro.args()
-        body += [f"X = p{x_idx}.reshape(-1)", f"Wt = p{w_idx}.reshape(-1)", "Cf = out.reshape(-1)"]
-        if pl["layout"] == "NHWC":
+        body += [f"X = p{x_idx}.reshape(-1)", ("Wt = BP" if prepacked else f"Wt = p{w_idx}.reshape(-1)"),
+                 "Cf = out.reshape(-1)"]
+        if a_src == "window_nhwc" and self.padded(g) != (g["H"], g["W"]):
+            body += ["Xp = pad_image(X, geo)   # every window in bounds",
+                     f"gemm_core(Xp, 0, Wt, 0, Cf, 0, geo, {epi.args()})"]
+        elif pl["layout"] == "NHWC":
             body.append(f"gemm_core(X, 0, Wt, 0, Cf, 0, geo, {epi.args()})")
         elif G == 1:
             body += ["for img in range(IMAGES):",

@@ -25,8 +25,12 @@ def gemm_equivalent(key: str) -> tuple[int, int, int, int] | None:
     w = from_key(key)
     if w.kind == "conv2d":
         from search_spaces.templates.conv2d import Conv2dTemplate
+        from workloads.errors import InstantiationError
 
-        pl = Conv2dTemplate.plan(w)
+        try:
+            pl = Conv2dTemplate.plan(w)
+        except InstantiationError:   # a conv no GEMM formulation covers (NHWC grouped)
+            return None
         return pl["batches"] * pl["groups"], pl["M"], pl["N"], pl["K"]
     if w.kind in ("dense", "qdense", "qconv2d"):
         g = w.geometry
