@@ -219,3 +219,26 @@ def test_lrn_vector_and_scalar_forms(size, beta):
     t = get_template("fixed")
     assert ("vstore_n" in t.codegen(w, t.default_config(w))) == (beta in (0.5, 0.75, 1.0))
     assert run_kernel(w, t, t.default_config(w)) is None
+
+
+@pytest.mark.parametrize("op,shape,k,s,p,extra", [
+    ("max_pool2d", (9, 10, 19), 3, 2, 1, {}),
+    ("max_pool2d", (7, 7, 5), 2, 2, 0, {"ceil_mode": True}),
+    ("avg_pool2d", (9, 10, 19), 3, 2, 1, {"count_include_pad": False}),
+    ("avg_pool2d", (8, 9, 3), 3, 1, 1, {"count_include_pad": True, "ceil_mode": True}),
+    ("avg_pool2d", (7, 7, 33), 7, 1, 0, {})])
+def test_nhwc_pools_fold_rows_of_channels(op, shape, k, s, p, extra):
+    """NHWC pooling (the O3 layout): per output pixel the window's channel rows are folded
+    into a row of accumulators (the contiguous channel loop), with padding, ceil mode and
+    both average counts; negative inputs, so a 0 padding of the max would show."""
+    b = GraphBuilder("g")
+    y = b.op(op, b.input("x", (1,) + shape), pool_size=[k, k], strides=[s, s],
+             padding=[p, p, p, p], layout="NHWC", **extra)
+    (w,) = [workload_for_group(n) for n in fused_groups(optimize(b.build(y), opt_level=2))]
+    t = get_template("fixed")
+    src = t.codegen(w, t.default_config(w))
+    assert "acc = np.empty(" in src and "for c in range(" in src
+    x, out = w.make_inputs(), w.make_outputs()
+    x[0][...] = -np.abs(x[0]) - 1
+    load_kernel(w, t, t.default_config(w))(*x, *out)
+    assert w.check(x, out, w.reference(x)) is None

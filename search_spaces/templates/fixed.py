@@ -51,7 +51,7 @@ def _convert_expr(convert: dict, operand: str) -> str:
 
 class FixedTemplate(Template):
     name = "fixed"
-    version = 5
+    version = 6   # 6: NHWC pools fold rows of channels (vectorized), not one strided channel at a time
     workload_kind = "fixed"
     tunable = False   # one point per workload: nothing to search
     entry = "kernel"
@@ -191,6 +191,8 @@ class FixedTemplate(Template):
 
     def _pool(self, a: dict, xs: tuple, os: tuple, kind: str) -> list[str]:
         lay = a["layout"]
+        if lay == "NHWC":
+            return self._pool_nhwc(a, xs, os, kind)
         x, o = self._dims(lay, xs), self._dims(lay, os)
         (kh, kw), (sh, sw) = a["pool_size"], a["strides"]
         pt, pl, pb, pr = a["padding"]
@@ -226,6 +228,47 @@ class FixedTemplate(Template):
                       f"{ind}v = DTYPE(s / max({cnt}, 1))"]
         lines.append(f"{ind}f = {oflat}")
         return ["Xf = X.reshape(-1)"] + lines
+
+    def _pool_nhwc(self, a: dict, xs: tuple, os: tuple, kind: str) -> list[str]:
+        """NHWC pooling: per output pixel, the window's rows of channels folded into a row of
+        C accumulators (contiguous: the channel loops vectorize), then each channel's value.
+        One value per element as the NCHW loops (``v``, ``f``), so the epilogue is the same.
+        (The NCHW loop order on NHWC data took 1.1 ms for ResNet-50's 112 x 112 x 64 max pool,
+        its window loops innermost on a strided channel.)"""
+        x, o = self._dims("NHWC", xs), self._dims("NHWC", os)
+        (kh, kw), (sh, sw) = a["pool_size"], a["strides"]
+        pt, pl, pb, pr = a["padding"]
+        C = o["C"]
+        acc_t = "DTYPE" if kind == "max" else "np.float64"
+        lines = ["Xf = X.reshape(-1)",
+                 f"acc = np.empty({C}, {acc_t})   # one output pixel's channels",
+                 f"for n in range({o['N']}):",
+                 f"    for oh in range({o['H']}):",
+                 f"        for ow in range({o['W']}):"]
+        ind = " " * 12
+        lines += [f"{ind}h0 = oh * {sh} - {pt}", f"{ind}w0 = ow * {sw} - {pl}",
+                  f"{ind}h1 = min(h0 + {kh}, {x['H']})", f"{ind}w1 = min(w0 + {kw}, {x['W']})",
+                  f"{ind}for c in range({C}):",
+                  f"{ind}    acc[c] = {self._lowest if kind == 'max' else '0.0'}",
+                  f"{ind}for ih in range(max(h0, 0), h1):",
+                  f"{ind}    for iw in range(max(w0, 0), w1):",
+                  f"{ind}        xb = ((n * {x['H']} + ih) * {x['W']} + iw) * {C}",
+                  f"{ind}        for c in range({C}):",
+                  f"{ind}            xv = Xf[xb + c]"]
+        if kind == "max":
+            lines += [f"{ind}            if xv > acc[c]:", f"{ind}                acc[c] = xv"]
+        else:
+            lines += [f"{ind}            acc[c] += xv"]
+            if a["count_include_pad"]:
+                cnt = (f"(min(h0 + {kh}, {x['H'] + pb}) - h0) * (min(w0 + {kw}, {x['W'] + pr}) - w0)")
+            else:
+                cnt = "(h1 - max(h0, 0)) * (w1 - max(w0, 0))"
+            lines.append(f"{ind}cnt = max({cnt}, 1)")
+        lines += [f"{ind}fb = ((n * {o['H']} + oh) * {o['W']} + ow) * {C}",
+                  f"{ind}for c in range({C}):",
+                  f"{ind}    v = acc[c]" if kind == "max" else f"{ind}    v = DTYPE(acc[c] / cnt)",
+                  f"{ind}    f = fb + c"]
+        return lines
 
     def _max_pool2d(self, a, xs, os):
         return self._pool(a, xs, os, "max")
