@@ -247,27 +247,40 @@ def window_micro_source(mr: int, nr: int, vec: int, b_src: str, dims: Dims) -> l
         body.append(f"o_{r} = a_base + ((img * HP + oh * SH) * WP + ow * SW) * CI")
     for r in range(mr):
         body.append(" = ".join(acc[r]) + f" = vsplat(ZERO, {vec})")
-    body += ["seg = p0 // CI   # window position kh * KW + kw of step p0",
-             "c0 = p0 - seg * CI",
-             "kh = seg // KW",
-             "kw = seg - kh * KW",
-             "k = p0",
-             "pb = b",
-             "while k < p0 + kc:   # one window position (kh, kw) per segment",
-             "    n = min(CI - c0, p0 + kc - k)",
-             "    d = (kh * DH * WP + kw * DW) * CI + c0"]
+    rows = dims.values.get("DW", 1) == 1
+    if rows:
+        # DW = 1: a window row's KW positions are KW * CI contiguous elements of the image,
+        # one segment per kh (ResNet-50's 7 x 7 stem, CI = 3: 7 segments of 21 steps per tile
+        # instead of 49 of 3)
+        body += ["kh = p0 // (KW * CI)   # window row of step p0",
+                 "c0 = p0 - kh * (KW * CI)",
+                 "k = p0",
+                 "pb = b",
+                 "while k < p0 + kc:   # one window row kh per segment",
+                 "    n = min(KW * CI - c0, p0 + kc - k)",
+                 "    d = kh * DH * WP * CI + c0"]
+    else:
+        body += ["seg = p0 // CI   # window position kh * KW + kw of step p0",
+                 "c0 = p0 - seg * CI",
+                 "kh = seg // KW",
+                 "kw = seg - kh * KW",
+                 "k = p0",
+                 "pb = b",
+                 "while k < p0 + kc:   # one window position (kh, kw) per segment",
+                 "    n = min(CI - c0, p0 + kc - k)",
+                 "    d = (kh * DH * WP + kw * DW) * CI + c0"]
     step = register_tile_step(
         mr, nv, [],
         lambda v: f"vload(BB, pb + {v * vec}, {vec})",
         lambda r: f"vbroadcast(AA, o_{r} + d + p, {vec})",
         lambda r, v: f"{acc[r][v]} = vfma(a_{r}, b_{v}, {acc[r][v]})")
     body += ["    for p in range(n):"] + indent(step + [f"pb += {b_ps}"], 8)
-    body += ["    k += n",
-             "    c0 = 0",
-             "    kw += 1",
-             "    if kw == KW:",
-             "        kw = 0",
-             "        kh += 1"]
+    body += ["    k += n", "    c0 = 0"]
+    body += (["    kh += 1"] if rows else
+             ["    kw += 1",
+              "    if kw == KW:",
+              "        kw = 0",
+              "        kh += 1"])
     for r in range(mr):
         body += [f"vstore(T, {r * nr + v * vec}, {acc[r][v]})" for v in range(nv)]
     return lines + indent(body)
