@@ -242,3 +242,17 @@ def test_nhwc_pools_fold_rows_of_channels(op, shape, k, s, p, extra):
     x[0][...] = -np.abs(x[0]) - 1
     load_kernel(w, t, t.default_config(w))(*x, *out)
     assert w.check(x, out, w.reference(x)) is None
+
+
+@pytest.mark.parametrize("size,beta", [(5, 0.75), (4, 0.5), (3, 1.0), (5, 0.6)])
+def test_lrn_over_the_last_axis_by_shifted_rows(size, beta):
+    """LRN across the contiguous last axis (NHWC channels, 11 of them: windows clipped at
+    both ends of every row): squares into a zero-bordered row, window sums as shifted reads,
+    powers by square roots (pow for other betas); against the reference."""
+    b = GraphBuilder("g")
+    y = b.op("lrn", b.input("x", (1, 7, 9, 11)), size=size, alpha=0.3, beta=beta, bias=1.5, axis=3)
+    (w,) = [workload_for_group(n) for n in fused_groups(optimize(b.build(y), opt_level=2))]
+    t = get_template("fixed")
+    src = t.codegen(w, t.default_config(w))
+    assert "sq = np.zeros(" in src and ("**" in src) == (beta == 0.6)
+    assert run_kernel(w, t, t.default_config(w)) is None

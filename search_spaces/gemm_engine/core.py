@@ -305,11 +305,11 @@ def prepack_source() -> list[str]:
             "    return (BP,)"]
 
 
-def pad_source(dims: Dims) -> list[str]:
+def pad_source(dims: Dims, parallel: bool = False) -> list[str]:
     """pad_image(X, geo): the NHWC images zero-padded to HP x WP (what ``window_nhwc`` reads:
     every window in bounds, no test per step); one pass over the image, each image row one
     contiguous copy (per-pixel bounds tests made the copy 14% of a 56 x 56 x 64 3x3 layer)."""
-    return [_jit(), "def pad_image(X, geo):",
+    return [_jit(parallel=parallel), "def pad_image(X, geo):",
             '    """X (flat NHWC, NIMG images of H x W x CI) into a new HP x WP padded copy."""',
             *indent(dims.unpack()),
             "    Xp = np.empty(NIMG * HP * WP * CI, DTYPE)",
@@ -317,7 +317,7 @@ def pad_source(dims: Dims) -> list[str]:
             "    for img in range(NIMG):",
             "        base = img * HP * WP * CI",
             "        Xp[base:base + PT * WP * CI] = ZERO   # rows above",
-            "        for ih in range(H):",
+            f"        for ih in {'prange' if parallel else 'range'}(H):   # the kernel's threads",
             "            o = base + ((PT + ih) * WP) * CI",
             "            Xp[o:o + PL * CI] = ZERO",
             "            i = (img * H + ih) * row",
@@ -562,7 +562,7 @@ def module_parts(dims: Dims, dtype: str, c: dict, a_src: str, b_src: str,
         parts.append(pack_b_source(b_src, dims, sw, c["nr"], c["vec"], pro))
     if a_src == "window_nhwc":
         parts.append(window_micro_source(c["mr"], c["nr"], c["vec"], b_src, dims))
-        parts.append(pad_source(dims))
+        parts.append(pad_source(dims, c["parallel"] != "none"))
     else:
         parts.append(micro_source(c["mr"], c["nr"], c["vec"], a_src, b_src, dims=dims))
     narrow = narrow_kernel_width(c, b_src) if a_src != "window_nhwc" else 0

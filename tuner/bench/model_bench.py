@@ -55,6 +55,7 @@ GROUPS = {
     "C": ("built + graph passes", "O2", "none"),
     "D": ("built + passes + tuned", "O2", "records"),
     "L": ("built + passes, NHWC (O3: direct convolutions)", "O3", "none"),
+    "M": ("built + passes, NHWC (O3) + tuned", "O3", "records"),
     "E": ("built + passes + INT8", "O2", "none"),
     "F": ("built + passes + tuned + INT8", "O2", "records"),
     "Q": ("ONNX Runtime INT8 (QDQ U8S8)", "onnxruntime", "-"),
@@ -164,7 +165,8 @@ def bench_model(path: str, threads_list: list[int], *, groups: str = "ANBCD", se
                     return execute(graph, inputs)
             contenders["N"] = {"fn": numpy_run, "out": numpy_run()[0]}
         for g, (opt, tuned, q) in {"B": (0, False, False), "C": (2, False, False),
-                                   "D": (2, True, False), "L": (3, False, False), "E": (2, False, True),
+                                   "D": (2, True, False), "L": (3, False, False), "M": (3, True, False),
+                                   "E": (2, False, True),
                                    "F": (2, True, True)}.items():
             if g not in groups:
                 continue

@@ -45,7 +45,7 @@ def register(sub) -> None:
                     help="one or more .onnx models (extra .[onnx]); several give one summary table")
     mb.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     mb.add_argument("--groups", default="ANBCD",
-                    help="A ONNX Runtime, N NumPy executor, B no passes, C + passes, D + tuned, L + passes in NHWC (O3), "
+                    help="A ONNX Runtime, N NumPy executor, B no passes, C + passes, D + tuned, L + passes in NHWC (O3), M L + tuned, "
                          "E C + INT8, F D + INT8 (tuned int8 records), Q ONNX Runtime INT8")
     mb.add_argument("--calibration", type=int, default=16, metavar="N",
                     help="INT8 groups: seeded random calibration inputs (default 16)")
@@ -231,8 +231,8 @@ def run_model(args) -> int:
     threads = _ints(args.threads, "--threads")
     if max(threads) > usable_cores():
         raise UsageError(f"--threads {max(threads)}: this machine allows 1..{usable_cores()}")
-    if not args.groups or set(args.groups) - set("ANBCDLEFQ"):
-        raise UsageError(f"--groups must be letters of ANBCDLEFQ, got {args.groups!r}")
+    if not args.groups or set(args.groups) - set("ANBCDLMEFQ"):
+        raise UsageError(f"--groups must be letters of ANBCDLMEFQ, got {args.groups!r}")
     if args.calibration < 1 or args.agreement < 1:
         raise UsageError("--calibration and --agreement must be >= 1")
     for model in args.model:
