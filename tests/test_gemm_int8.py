@@ -179,6 +179,11 @@ def test_constraints():
     assert wsp.violation(narrow) is None
     assert "multiple" in wsp.violation(wide.default_config(full).replace(nr=24, mr=2))
     assert "not supported" in GemmInt8Template(AVX512_VNNI - {"avx512vl"}).space(full).violation(narrow)
+    # A in place: 4-byte groups of A's rows, so not for madd16 (A widened) nor K % 4 != 0
+    assert "madd16" in sp.violation(cfg.replace(pack_a=False))
+    odd = Gemm(64, 64, 70, "int8")
+    assert "multiple" in wide.space(odd, 1).violation(wide.default_config(odd).replace(pack_a=False))
+    assert wsp.violation(wide.default_config(full).replace(pack_a=False, mr=4)) is None
 
 
 def test_avx512_source_generates_and_names_the_wide_intrinsics():
@@ -207,12 +212,18 @@ EXACT_CASES = [   # 256-bit forms (every AVX2 CPU), then the 512-bit and VNNI fo
                                  parallel="m", threads=2)),
     ((13, 29, 7), "int8", dict(dot="madd16", vec=512, mr=3, nr=16, unroll_k=2)),
     ((37, 45, 70), "int8w7", dict(dot="maddubs", vec=512, mr=4, nr=32, tile_k=64)),
+    # A read in place (K a multiple of the 4-byte group): partial row tiles repeat their last row
+    ((37, 45, 72), "int8w7", dict(dot="maddubs", vec=256, mr=4, nr=24, tile_k=64, pack_a=False)),
+    ((70, 50, 132), "int8", dict(dot="vnni", vec=256, mr=6, nr=16, tile_m=32, tile_k=64,
+                                 parallel="m", threads=2, pack_a=False)),
+    ((13, 70, 64), "int8", dict(dot="vnni", vec=512, mr=4, nr=64, pack_a=False, unroll_k=2)),
 ]
 
 
 @needs_avx2
 @pytest.mark.parametrize("shape,dtype,over", EXACT_CASES,
-                         ids=[f"{o['dot']}-{o['vec']}-{'x'.join(map(str, s))}" for s, _, o in EXACT_CASES])
+                         ids=[f"{o['dot']}-{o['vec']}-{'x'.join(map(str, s))}{'-in-place' if o.get('pack_a') is False else ''}"
+                              for s, _, o in EXACT_CASES])
 def test_generated_kernels_are_exact_on_edges(shape, dtype, over, build_dir):
     if not supported(over["dot"], over["vec"], compile_features()):
         pytest.skip(f"the CPU compiled for has no {over['dot']} at {over['vec']} bits")
@@ -269,7 +280,7 @@ def test_cli_tune_show_run_int8(db_url, tmp_path):
               "--batch-size", "2", "--threads", "1", "--repeat", "3", "--min-repeat-ms", "5",
               "--strategy", "random", "--no-progress", "--log", "", "--db", db_url)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "gemm_int8 v1" in p.stdout and "OK" in p.stdout and "ratio" in p.stdout
+    assert "gemm_int8 v2" in p.stdout and "OK" in p.stdout and "ratio" in p.stdout
     p = tuner("db", "best", "--json", "--db", db_url)
     (best,) = json.loads(p.stdout)
     assert best["template"] == "gemm_int8" and '"dtype":"int8"' in best["workload_key"]

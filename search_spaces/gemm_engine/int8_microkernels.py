@@ -152,7 +152,8 @@ def pack_b_all_source() -> list[str]:
 
 def micro_kernel_source(mr: int, nr: int, lanes: int, group: int, dot: str, unroll: int,
                         panel_depth: str | None = "KG", tile_store=None,
-                        extra: tuple[str, ...] = (), inline: bool = False) -> list[str]:
+                        extra: tuple[str, ...] = (), inline: bool = False,
+                        a_in_place: bool = False) -> list[str]:
     """MR x NR int32 tile as MR x NR/LANES vector accumulators; per K group: NR/LANES loads of
     the B panel, MR broadcasts of an A group, MR x NR/LANES ``vdot_<dot>`` steps.
     ``panel_depth``: K groups of a packed panel, a module constant; None when the cache block
@@ -161,7 +162,9 @@ def micro_kernel_source(mr: int, nr: int, lanes: int, group: int, dot: str, unro
     reading the ``extra`` parameters (e.g. the requantize of ``quant_anchor``). ``inline``:
     Numba inlines the micro-kernel into the macro-kernel's loop (``inline="always"``): no call
     per tile, whose passing of some 30 arguments and reference counting of the array
-    arguments cost as much as a K = 64 tile's requantize."""
+    arguments cost as much as a K = 64 tile's requantize. ``a_in_place``: ``AA`` is A itself
+    (flat, row-major [M, K], K a multiple of G): each row's group is broadcast straight from
+    its row (rows past the tile's ``mlen`` repeat its last row: computed, never stored)."""
     nv = nr // lanes
     acc = [[f"c_{r}_{v}" for v in range(nv)] for r in range(mr)]
     more = "".join(f", {x}" for x in extra)
@@ -173,17 +176,24 @@ def micro_kernel_source(mr: int, nr: int, lanes: int, group: int, dot: str, unro
         f"    Per K group of G: {nv} B vector load(s), {mr} A group broadcast(s), {mr * nv} vdot_{dot}.",
         '    """',
     ]
-    lines = [f"a = ai * ({panel_depth or 'AA.shape[1]'} * MR * G)   # this A panel (flat index)",
-             f"b = bj * ({panel_depth or 'BB.shape[1]'} * NR * G)   # this B panel",
-             "kg = (kc + G - 1) // G   # K groups in this block (the last one zero-padded)"]
+    if a_in_place:
+        lines = [f"ra_{r} = (ci + min({r}, mlen - 1)) * K + p0   # row {r} of A, from step p0"
+                 for r in range(mr)]
+    else:
+        lines = [f"a = ai * ({panel_depth or 'AA.shape[1]'} * MR * G)   # this A panel (flat index)"]
+    lines += [f"b = bj * ({panel_depth or 'BB.shape[1]'} * NR * G)   # this B panel",
+              "kg = (kc + G - 1) // G   # K groups in this block (the last one zero-padded)"]
     # vector lengths are literals (the intrinsics need compile-time lane counts)
     lines += [" = ".join(acc[r]) + f" = vsplat(ZERO, {lanes})" for r in range(mr)]
 
     def body(g, _s=0):
+        head = ([f"pg = ({g}) * G"] if a_in_place else [f"pa = a + ({g}) * (MR * G)"]) \
+            + [f"pb = b + ({g}) * (NR * G)"]
         return register_tile_step(
-            mr, nv, [f"pa = a + ({g}) * (MR * G)", f"pb = b + ({g}) * (NR * G)"],
+            mr, nv, head,
             lambda v: f"vload(BB, pb + {v * lanes * group}, {lanes * group})",
-            lambda r: f"vbroadcast_group(AA, pa + {r * group}, {lanes})",
+            (lambda r: f"vbroadcast_group(AA, ra_{r} + pg, {lanes})") if a_in_place else
+            (lambda r: f"vbroadcast_group(AA, pa + {r * group}, {lanes})"),
             lambda r, v: f"{acc[r][v]} = vdot_{dot}({acc[r][v]}, a_{r}, b_{v})")
     lines += k_loop(unroll, body, var="g", count="kg", note=GROUP_NOTE)
     lines += (tile_store(acc) if tile_store is not None
@@ -224,6 +234,10 @@ def kernel_source(c: dict, name: str = "kernel", runtime: tuple[str, ...] = (),
         ind = emit_block_loops(body, order, par, at_par,
                                [(level_a, "pack_a(A, i0, p0, mc, kc, Ap)"),
                                 (level_b, "Bp = BP[j0 // TILE_N, p0 // TILE_K]   # packed ahead")])
+    elif not c.get("pack_a", True):   # A read in place: only B is packed
+        body.append("Af = A.reshape(M * K)   # flat: the micro-kernel broadcasts groups of its rows")
+        ind = emit_packed_block_loops(body, order, par, None,
+                                      "Bp = empty_b(B_PANELS, KG, NR, G)   # packed B block")
     else:
         ind = emit_packed_block_loops(body, order, par, alloc_a,
                                       "Bp = empty_b(B_PANELS, KG, NR, G)   # packed B block")
@@ -235,6 +249,8 @@ def kernel_source(c: dict, name: str = "kernel", runtime: tuple[str, ...] = (),
         f"{ind}        mlen = min(MR, mc - ir)",
         f"{ind}        micro_kernel(Ap, ir // MR, Bp, jr // NR, p0, kc, C, i0 + ir, j0 + jr, mlen, nlen, first{more})",
     ]
+    if not c.get("pack_a", True) and not b_packed:
+        body[-1] = body[-1].replace("micro_kernel(Ap, ir // MR,", "micro_kernel(Af, 0,")
     return lines + indent(body)
 
 
@@ -293,7 +309,8 @@ def engine_parts(c: dict, *, pack_a: list[str] | None = None, b_layout: str = "K
             *([pack_b_all_source()] if b_packed else []),
             micro_kernel_source(c["mr"], c["nr"], lanes, group, c["dot"], c["unroll_k"],
                                 "KG" if "tile_k" not in runtime else None, tile_store, extra,
-                                inline=tile_store is not None),
+                                inline=tile_store is not None,
+                                a_in_place=not c.get("pack_a", True) and not b_packed),
             kernel_source(c, name, runtime, prologue, b_packed, extra)]
 
 
