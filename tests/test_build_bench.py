@@ -76,17 +76,21 @@ def test_bench_two_models_one_table_with_hotspots(tmp_path):
     a = _tiny(tmp_path / "tiny.onnx")
     b = _tiny(tmp_path / "tiny2.onnx")
     out = tmp_path / "bench.json"
-    r = _bench(a, b, "--threads", "1", "--groups", "AC", "--repeat", "3", "--out", str(out),
+    r = _bench(a, b, "--threads", "1", "--groups", "ACL", "--repeat", "3", "--out", str(out),
                tmp_path=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     data = json.loads(out.read_text())
     assert data["kind"] == "bench-models" and len(data["models"]) == 2
-    assert "| model | threads | A ms | C ms | C vs A |" in r.stdout
-    (c,) = [row for row in data["models"][0]["rows"] if row["group"] == "C"]
-    spots = c["hotspots"]
+    assert "| model | threads | A ms | C ms | L ms | C vs A | L vs A |" in r.stdout
+    rows = {row["group"]: row for row in data["models"][0]["rows"]}
+    spots = rows["C"]["hotspots"]
     assert spots and abs(sum(s["share"] for s in spots) - 1.0) < 0.01   # 3 kernels: all listed
     conv = [s for s in spots if s["kind"] == "conv2d"][0]
     assert conv["gemm"] == "M8 N144 K27" and conv["blas_ms"] > 0 and conv["gflops"] > 0
+    # group L: the O3 (NHWC) build, whose conv is a direct one with pixels as GEMM rows
+    assert rows["L"]["graph_passes"] == "O3" and rows["L"]["max_abs_err"] < 1e-4
+    (conv3,) = [s for s in rows["L"]["hotspots"] if s["kind"] == "conv2d"]
+    assert conv3["gemm"] == "M144 N8 K27"
     assert "where the time goes, group C" in r.stdout
     rep = subprocess.run([sys.executable, "-m", "tuner", "bench", "report", str(out)],
                          capture_output=True, text=True, cwd=ROOT)
