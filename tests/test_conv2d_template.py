@@ -337,9 +337,13 @@ def prepared_check(w, cfg):
     return w.check(x, out, w.reference(x))
 
 
-@pytest.mark.parametrize("k,s,pad,dil,batch", [(3, 1, 1, 1, 1), (3, 2, 1, 1, 2), (1, 2, 0, 1, 1),
-                                               (7, 2, 3, 1, 1), (5, 3, 2, 1, 1), (3, 1, 0, 1, 2),
-                                               (3, 1, 2, 2, 1), (1, 1, 0, 1, 2)])
+SLOW = pytest.mark.slow   # each case compiles three modules of its own
+
+
+@pytest.mark.parametrize("k,s,pad,dil,batch", [
+    (3, 1, 1, 1, 1), (3, 2, 1, 1, 2), (3, 1, 2, 2, 1), (1, 1, 0, 1, 2),
+    pytest.param(1, 2, 0, 1, 1, marks=SLOW), pytest.param(7, 2, 3, 1, 1, marks=SLOW),
+    pytest.param(5, 3, 2, 1, 1, marks=SLOW), pytest.param(3, 1, 0, 1, 2, marks=SLOW)])
 def test_nhwc_window_conv_every_geometry(k, s, pad, dil, batch):
     """The default NHWC conv is direct: A is the (zero-padded) image read in place through
     each output pixel's window (``window_nhwc``: no im2col copy), B the weights packed once
