@@ -3,10 +3,11 @@
 Formulations, decided by the layout the graph has and by the knobs:
 
 - NHWC data, HWIO weights (the O3 pipeline): ``out[N*OH*OW, O] = im2col(x)[P, K] @ W[K, O]``
-  with K = KH*KW*C. A is packed straight from the image (implicit im2col, ``pack_a`` forced)
-  except for a 1x1/stride-1/unpadded conv, where the image *is* A (``pack_a`` free). The
-  weights are B, read in place (``pack_b=False``: no per-call copy of the weights) or packed
-  into NR-column panels (``pack_b=True``).
+  with K = KH*KW*C, by default a direct convolution: A's rows are read in place, each output
+  pixel's window of the zero-padded image (``pack_a=False``: A source ``window_nhwc``, no
+  im2col copy), or packed straight from the image (``pack_a=True``: implicit im2col). The
+  weights are B, read in place (``pack_b=False``) or packed once per build into whole-K
+  NR-column panels (``pack_b=True``: B source ``prepacked``, the module's ``prepare``).
 - NCHW data, OIHW weights (O2, the default): per image ``out[O, OH*OW] = W[O, K] @
   im2col(x)[K, P]`` with K = C*KH*KW. The weights are A (in place or packed), the image is B,
   packed by implicit im2col (forced) except for a 1x1/stride-1/unpadded conv.
