@@ -199,15 +199,22 @@ def test_depthwise_and_nhwc_grouped_convs_are_not_conv2d_gemms():
     this template (the builder would run them with NumPy and count them)."""
     from workloads.errors import InstantiationError
 
+    from tuner.bench.hotspots import gemm_equivalent
+
     assert grouped_workload(8, 7, 8, 3, 1, 8).kind == "depthwise_conv2d"
+    # the O3 pipeline's ConvertLayout leaves grouped convs in NCHW, where they are generated
     w = grouped_workload(8, 7, 12, 3, 1, 2, level=3)
-    assert w.kind == "conv2d"
-    if w.geometry["data_layout"] == "NHWC":   # the O3 pipeline's layout
-        with pytest.raises(InstantiationError, match="NCHW/OIHW only"):
-            get_template("conv2d").codegen(w, get_template("conv2d").default_config(w, 1))
-        # bench model's "where the time goes" has no GEMM to compare it with: none, no error
-        from tuner.bench.hotspots import gemm_equivalent
-        assert gemm_equivalent(w.key) is None
+    assert w.kind == "conv2d" and w.geometry["data_layout"] == "NCHW"
+    b = GraphBuilder("g")   # an NHWC grouped conv written so (no pass converts it)
+    x = b.input("x", (1, 7, 7, 8))
+    wt = b.const(np.ones((3, 3, 4, 12), np.float32))
+    y = b.op("conv2d", x, wt, padding=[1, 1], groups=2, data_layout="NHWC", kernel_layout="HWIO")
+    (w,) = [workload_for_group(n) for n in fused_groups(optimize(b.build(y), opt_level=2))]
+    assert w.kind == "conv2d" and w.geometry["data_layout"] == "NHWC"
+    with pytest.raises(InstantiationError, match="NCHW/OIHW only"):
+        get_template("conv2d").codegen(w, get_template("conv2d").default_config(w, 1))
+    # bench model's "where the time goes" has no GEMM to compare it with: none, no error
+    assert gemm_equivalent(w.key) is None
 
 
 def test_grouped_conv_features():

@@ -8,7 +8,8 @@ converted region grows as far as it can. Every other consumer reads the value in
 layout, made on demand by one ``layout_transform`` per value; graph outputs are returned in
 their original layout. So transforms appear only at the boundaries, and back-to-back
 transforms (``A->B`` then ``B->A``, here or in the input) cancel. Kernel weights get a
-``layout_transform`` too, which FoldConstant folds away when they are constants.
+``layout_transform`` too, which FoldConstant folds away when they are constants. Grouped
+and depthwise convs stay in NCHW (their kernels' only layout) when converting to NHWC.
 """
 from __future__ import annotations
 
@@ -87,6 +88,10 @@ class _Converter:
         attr, kattr = LAYOUT_OPS[node.op]
         layout = node.attrs[attr]
         if layout == self.desired or sorted(layout) != sorted(self.desired):
+            return False
+        if node.op == "conv2d" and node.attrs.get("groups", 1) > 1 and self.desired != "NCHW":
+            # grouped and depthwise convs are generated for NCHW/OIHW only: they stay there,
+            # with transforms at their boundaries, rather than run as NumPy in NHWC
             return False
         data = self.converted(node.inputs[0], layout)
         inputs = [data]
