@@ -215,8 +215,9 @@ def window_micro_source(mr: int, nr: int, vec: int, b_src: str, dims: Dims) -> l
     """The micro-kernel of a direct NHWC convolution (A source ``window_nhwc``): the tile's
     MR rows are output pixels q0.. (a partial last tile repeats the last pixel: computed,
     never stored), each read in place through its window of the zero-padded image ``AA``
-    (``pad_image``). The K block [p0, p0 + kc) runs as segments of one window position (kh,
-    kw) each, contiguous in the channels; per step, the register-tile step of ``micro_source``
+    (``pad_image``). The K block [p0, p0 + kc) runs as segments contiguous in the image: a
+    whole window row (kh) when DW = 1, else one window position (kh, kw); per step, the
+    register-tile step of ``micro_source``
     (NR/VEC vector loads of B, MR broadcasts of the pixels' channel, MR x NR/VEC FMAs)."""
     nv = nr // vec
     b_ps = "NR" if b_src != "direct" else "N"
