@@ -189,13 +189,31 @@ class FixedTemplate(Template):
     def _dims(layout: str, shape: tuple) -> dict:
         return {ch: shape[layout.index(ch)] for ch in "NCHW"}
 
+    @staticmethod
+    def _window(a: dict, x: dict, ind: str) -> list[str]:
+        """The lines bounding output pixel (oh, ow)'s pooling window in the input: rows
+        h0..h1, columns w0..w1 (h0, w0 may be negative: padding)."""
+        (kh, kw), (sh, sw) = a["pool_size"], a["strides"]
+        pt, pl = a["padding"][:2]
+        return [f"{ind}h0 = oh * {sh} - {pt}", f"{ind}w0 = ow * {sw} - {pl}",
+                f"{ind}h1 = min(h0 + {kh}, {x['H']})", f"{ind}w1 = min(w0 + {kw}, {x['W']})"]
+
+    @staticmethod
+    def _average_count(a: dict, x: dict) -> str:
+        """An average pool's divisor for the window of ``_window`` (at least 1): every tap
+        inside the padded image (``count_include_pad``) or the taps inside the image."""
+        (kh, kw), (_, _, pb, pr) = a["pool_size"], a["padding"]
+        if a["count_include_pad"]:
+            cnt = f"(min(h0 + {kh}, {x['H'] + pb}) - h0) * (min(w0 + {kw}, {x['W'] + pr}) - w0)"
+        else:
+            cnt = "(h1 - max(h0, 0)) * (w1 - max(w0, 0))"
+        return f"max({cnt}, 1)"
+
     def _pool(self, a: dict, xs: tuple, os: tuple, kind: str) -> list[str]:
         lay = a["layout"]
         if lay == "NHWC":
             return self._pool_nhwc(a, xs, os, kind)
         x, o = self._dims(lay, xs), self._dims(lay, os)
-        (kh, kw), (sh, sw) = a["pool_size"], a["strides"]
-        pt, pl, pb, pr = a["padding"]
         loops = {"N": "n", "C": "c", "H": "oh", "W": "ow"}
         ext = {"N": o["N"], "C": o["C"], "H": o["H"], "W": o["W"]}
         # Loop in memory order of the output (innermost dimension contiguous).
@@ -206,8 +224,7 @@ class FixedTemplate(Template):
         xidx = {"N": "n", "C": "c", "H": "ih", "W": "iw"}
         xflat = " + ".join(f"{xidx[ch]} * {math.prod(xs[lay.index(ch) + 1:])}" for ch in lay)
         oflat = " + ".join(f"{loops[ch]} * {math.prod(os[lay.index(ch) + 1:])}" for ch in lay)
-        lines += [f"{ind}h0 = oh * {sh} - {pt}", f"{ind}w0 = ow * {sw} - {pl}",
-                  f"{ind}h1 = min(h0 + {kh}, {x['H']})", f"{ind}w1 = min(w0 + {kw}, {x['W']})"]
+        lines += self._window(a, x, ind)
         if kind == "max":
             # the lowest value of the dtype, as the reference pads (8-bit: the lowest level)
             lines += [f"{ind}v = {self._lowest}",
@@ -217,15 +234,11 @@ class FixedTemplate(Template):
                       f"{ind}        if xv > v:",
                       f"{ind}            v = xv"]
         else:
-            if a["count_include_pad"]:
-                cnt = (f"(min(h0 + {kh}, {x['H'] + pb}) - h0) * (min(w0 + {kw}, {x['W'] + pr}) - w0)")
-            else:
-                cnt = "(h1 - max(h0, 0)) * (w1 - max(w0, 0))"
             lines += [f"{ind}s = 0.0",
                       f"{ind}for ih in range(max(h0, 0), h1):",
                       f"{ind}    for iw in range(max(w0, 0), w1):",
                       f"{ind}        s += Xf[{xflat}]",
-                      f"{ind}v = DTYPE(s / max({cnt}, 1))"]
+                      f"{ind}v = DTYPE(s / {self._average_count(a, x)})"]
         lines.append(f"{ind}f = {oflat}")
         return ["Xf = X.reshape(-1)"] + lines
 
@@ -236,8 +249,6 @@ class FixedTemplate(Template):
         (The NCHW loop order on NHWC data took 1.1 ms for ResNet-50's 112 x 112 x 64 max pool,
         its window loops innermost on a strided channel.)"""
         x, o = self._dims("NHWC", xs), self._dims("NHWC", os)
-        (kh, kw), (sh, sw) = a["pool_size"], a["strides"]
-        pt, pl, pb, pr = a["padding"]
         C = o["C"]
         acc_t = "DTYPE" if kind == "max" else "np.float64"
         lines = ["Xf = X.reshape(-1)",
@@ -246,8 +257,7 @@ class FixedTemplate(Template):
                  f"    for oh in range({o['H']}):",
                  f"        for ow in range({o['W']}):"]
         ind = " " * 12
-        lines += [f"{ind}h0 = oh * {sh} - {pt}", f"{ind}w0 = ow * {sw} - {pl}",
-                  f"{ind}h1 = min(h0 + {kh}, {x['H']})", f"{ind}w1 = min(w0 + {kw}, {x['W']})",
+        lines += self._window(a, x, ind) + [
                   f"{ind}for c in range({C}):",
                   f"{ind}    acc[c] = {self._lowest if kind == 'max' else '0.0'}",
                   f"{ind}for ih in range(max(h0, 0), h1):",
@@ -258,12 +268,7 @@ class FixedTemplate(Template):
         if kind == "max":
             lines += [f"{ind}            if xv > acc[c]:", f"{ind}                acc[c] = xv"]
         else:
-            lines += [f"{ind}            acc[c] += xv"]
-            if a["count_include_pad"]:
-                cnt = (f"(min(h0 + {kh}, {x['H'] + pb}) - h0) * (min(w0 + {kw}, {x['W'] + pr}) - w0)")
-            else:
-                cnt = "(h1 - max(h0, 0)) * (w1 - max(w0, 0))"
-            lines.append(f"{ind}cnt = max({cnt}, 1)")
+            lines += [f"{ind}            acc[c] += xv", f"{ind}cnt = {self._average_count(a, x)}"]
         lines += [f"{ind}fb = ((n * {o['H']} + oh) * {o['W']} + ow) * {C}",
                   f"{ind}for c in range({C}):",
                   f"{ind}    v = acc[c]" if kind == "max" else f"{ind}    v = DTYPE(acc[c] / cnt)",
