@@ -234,24 +234,29 @@ def kernel_source(c: dict, name: str = "kernel", runtime: tuple[str, ...] = (),
         ind = emit_block_loops(body, order, par, at_par,
                                [(level_a, "pack_a(A, i0, p0, mc, kc, Ap)"),
                                 (level_b, "Bp = BP[j0 // TILE_N, p0 // TILE_K]   # packed ahead")])
-    elif not c.get("pack_a", True):   # A read in place: only B is packed
-        body.append("Af = A.reshape(M * K)   # flat: the micro-kernel broadcasts groups of its rows")
-        ind = emit_packed_block_loops(body, order, par, None,
-                                      "Bp = empty_b(B_PANELS, KG, NR, G)   # packed B block")
+        a_arg = "Ap, ir // MR"
     else:
-        ind = emit_packed_block_loops(body, order, par, alloc_a,
+        in_place = a_in_place(c, b_packed)
+        if in_place:   # only B is packed
+            body.append("Af = A.reshape(M * K)   # flat: the micro-kernel broadcasts groups of its rows")
+        ind = emit_packed_block_loops(body, order, par, None if in_place else alloc_a,
                                       "Bp = empty_b(B_PANELS, KG, NR, G)   # packed B block")
+        a_arg = "Af, 0" if in_place else "Ap, ir // MR"
     body += [
         f"{ind}first = p0 == 0   # first K block stores, later ones add",
         f"{ind}for jr in range(0, nc, NR):",
         f"{ind}    nlen = min(NR, nc - jr)",
         f"{ind}    for ir in range(0, mc, MR):",
         f"{ind}        mlen = min(MR, mc - ir)",
-        f"{ind}        micro_kernel(Ap, ir // MR, Bp, jr // NR, p0, kc, C, i0 + ir, j0 + jr, mlen, nlen, first{more})",
+        f"{ind}        micro_kernel({a_arg}, Bp, jr // NR, p0, kc, C, i0 + ir, j0 + jr, mlen, nlen, first{more})",
     ]
-    if not c.get("pack_a", True) and not b_packed:
-        body[-1] = body[-1].replace("micro_kernel(Ap, ir // MR,", "micro_kernel(Af, 0,")
     return lines + indent(body)
+
+
+def a_in_place(c: dict, b_packed: bool = False) -> bool:
+    """Whether the micro-kernel reads A itself (the GEMM's ``pack_a=False``; the templates
+    whose B is packed ahead, and those without the knob, pack A)."""
+    return not c.get("pack_a", True) and not b_packed
 
 
 def tile_constants(w, c: dict, runtime: tuple[str, ...] = ()) -> tuple[list[str], list[str]]:
@@ -310,7 +315,7 @@ def engine_parts(c: dict, *, pack_a: list[str] | None = None, b_layout: str = "K
             micro_kernel_source(c["mr"], c["nr"], lanes, group, c["dot"], c["unroll_k"],
                                 "KG" if "tile_k" not in runtime else None, tile_store, extra,
                                 inline=tile_store is not None,
-                                a_in_place=not c.get("pack_a", True) and not b_packed),
+                                a_in_place=a_in_place(c, b_packed)),
             kernel_source(c, name, runtime, prologue, b_packed, extra)]
 
 
