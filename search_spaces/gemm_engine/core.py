@@ -46,6 +46,9 @@ from search_spaces.template import Template
 A_SOURCES = ("direct", "pack", "im2col_nhwc", "window_nhwc")
 WINDOW_DIMS = ("M", "CI", "KW", "OH", "OW", "SH", "SW", "DH", "DW", "HP", "WP")
 B_SOURCES = ("direct", "pack", "pack_t", "im2col_nchw", "prepacked")
+# sources with no packing per call (no pack function, no packed block buffer)
+A_UNPACKED = ("direct", "window_nhwc")
+B_UNPACKED = ("direct", "prepacked")
 PREFETCH_BYTES = 1 << 20   # outputs at least this large get software prefetches per tile
 
 
@@ -454,7 +457,7 @@ def splits_pack_b(c: dict, b_src: str) -> bool:
     would pack them while the others wait; every thread packs a share of them instead
     (``pack_b_split_lines``)."""
     par, order = c["parallel"], c["loop_order"]
-    return (b_src not in ("direct", "prepacked") and par not in ("none", "g")
+    return (b_src not in B_UNPACKED and par not in ("none", "g")
             and max(order.index("k"), order.index("n")) < order.index(par))
 
 
@@ -464,7 +467,7 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
     index; when PREFETCH, each tile's output lines (and full epilogue operands) are requested
     first; ``narrow``: the half-vector micro-kernel's width (run when nlen <= NARROW)."""
     order, par = c["loop_order"], c["parallel"]
-    pack_a, pack_b = a_src not in ("direct", "window_nhwc"), b_src not in ("direct", "prepacked")
+    pack_a, pack_b = a_src not in A_UNPACKED, b_src not in B_UNPACKED
     level_a = max(order.index("m"), order.index("k"))
     level_b = max(order.index("k"), order.index("n"))
     level_par = order.index(par) if par != "none" else -1
@@ -557,9 +560,9 @@ def module_parts(dims: Dims, dtype: str, c: dict, a_src: str, b_src: str,
     (one K block or several, a half-width last panel, prefetching) is an argument too
     (``gemm_dims``): the functions for every case are generated."""
     parts = [constants(dtype, c, dims)]
-    if a_src not in ("direct", "window_nhwc"):
+    if a_src not in A_UNPACKED:
         parts.append(pack_a_source(a_src, dims))
-    if b_src not in ("direct", "prepacked"):
+    if b_src not in B_UNPACKED:
         parts.append(pack_b_source(b_src, dims, sw, c["nr"], c["vec"], pro))
     if a_src == "window_nhwc":
         parts.append(window_micro_source(c["mr"], c["nr"], c["vec"], b_src, dims))
