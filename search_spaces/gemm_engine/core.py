@@ -119,7 +119,8 @@ class ShapeGenericTemplate(Template):
         return self.dims(workload, config).names()
 
 
-def gemm_dims(M: int, N: int, K: int, c: dict, b_src: str, dtype: str) -> dict[str, int]:
+def gemm_dims(M: int, N: int, K: int, c: dict, b_src: str, dtype: str,
+              a_src: str = "direct") -> dict[str, int]:
     """The GEMM's shape, its cache blocks (clipped to the shape) and the per-shape code
     choices, which are arguments too: NARROW, the width of the half-vector micro-kernel
     for the last B panel (0: none, ``narrow_width``), and PREFETCH, whether each output
@@ -127,7 +128,7 @@ def gemm_dims(M: int, N: int, K: int, c: dict, b_src: str, dtype: str) -> dict[s
     itemsize = 8 if dtype in ("float64", "int64") else 4
     return {"M": M, "N": N, "K": K, "TILE_M": min(c["tile_m"], M),
             "TILE_N": min(c["tile_n"], N), "TILE_K": min(c["tile_k"], K),
-            "NARROW": narrow_width(N, c, b_src), "PREFETCH": int(M * N * itemsize >= PREFETCH_BYTES)}
+            "NARROW": narrow_width(N, c, b_src, a_src), "PREFETCH": int(M * N * itemsize >= PREFETCH_BYTES)}
 
 
 def constants(dtype: str, c: dict, dims: Dims) -> list[str]:
@@ -340,20 +341,21 @@ def narrow_chains(mr: int) -> int:
     return 2 if 2 * mr + 3 <= isa.current().registers else 1
 
 
-def narrow_width(N: int, c: dict, b_src: str) -> int:
+def narrow_width(N: int, c: dict, b_src: str, a_src: str = "direct") -> int:
     """Width of a half-vector micro-kernel for the last, partial panel of packed B columns
     when that panel is at most half a vector wide (else 0). The panel is zero-padded to NR
     columns, so the full kernel spends NR/VEC whole-vector FMAs per row on it; half-width
     (ymm) FMAs cost half a zmm FMA each (N = 49, NR = 16: 3.5 instead of 4 vector columns)."""
-    half = c["vec"] // 2
-    return half if b_src != "direct" and half >= 4 and 0 < N % c["nr"] <= half else 0
+    half = narrow_kernel_width(c, b_src, a_src)
+    return half if 0 < N % c["nr"] <= half else 0
 
 
-def narrow_kernel_width(c: dict, b_src: str) -> int:
+def narrow_kernel_width(c: dict, b_src: str, a_src: str = "direct") -> int:
     """Width of the half-vector micro-kernel a module carries (0: none): packed B panels
-    and a half vector of at least 4 lanes (``narrow_width`` says whether a shape uses it)."""
+    and a half vector of at least 4 lanes (``narrow_width`` says whether a shape uses it);
+    none for a window A (``window_micro_source`` has no half-width form)."""
     half = c["vec"] // 2
-    return half if b_src != "direct" and half >= 4 else 0
+    return half if b_src != "direct" and a_src != "window_nhwc" and half >= 4 else 0
 
 
 def edge_condition(c: dict, a_src: str, b_src: str, dims: Dims) -> str:
@@ -569,7 +571,7 @@ def module_parts(dims: Dims, dtype: str, c: dict, a_src: str, b_src: str,
         parts.append(pad_source(dims, c["parallel"] != "none"))
     else:
         parts.append(micro_source(c["mr"], c["nr"], c["vec"], a_src, b_src, dims=dims))
-    narrow = narrow_kernel_width(c, b_src) if a_src != "window_nhwc" else 0
+    narrow = narrow_kernel_width(c, b_src, a_src)
     if narrow:
         parts.append(micro_source(c["mr"], narrow, narrow, a_src, b_src, "micro_kernel_narrow",
                                   c["nr"], dims, chains=narrow_chains(c["mr"])))

@@ -261,17 +261,17 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
         kernel (``literal_dims`` stay module constants), so layers whose configs share the
         micro-kernel variant share one module (docs/compile-once.md)."""
         pl, g = self.plan(w), w.geometry
-        b_src = self.b_source(pl, config)
-        values = core.gemm_dims(pl["M"], pl["N"], pl["K"], config, b_src, w.dtype)
+        a_src, b_src = self.a_source(pl, config), self.b_source(pl, config)
+        values = core.gemm_dims(pl["M"], pl["N"], pl["K"], config, b_src, w.dtype, a_src)
         values.update({"H": g["H"], "W": g["W"], "CI": g["C"], "KH": g["KH"], "KW": g["KW"],
                        "OH": g["OH"], "OW": g["OW"], "SH": g["SH"], "SW": g["SW"],
                        "PT": g["PT"], "PL": g["PL"], "DH": g["DH"], "DW": g["DW"],
                        "IMAGES": pl["batches"]})
         if pl["groups"] > 1:
             values.update({"GROUPS": pl["groups"], "CG": g["C"] // pl["groups"]})
-        if self.a_source(pl, config) == "window_nhwc":
+        if a_src == "window_nhwc":
             hp, wp = self.padded(g)
-            values.update({"NIMG": g["N"], "HP": hp, "WP": wp, "NARROW": 0})
+            values.update({"NIMG": g["N"], "HP": hp, "WP": wp})
         return core.Dims(values, self.literal_dims)
 
     @staticmethod
