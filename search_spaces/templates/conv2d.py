@@ -297,7 +297,8 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
         shown = {k: v for k, v in sorted(c.items()) if k not in self.runtime_knobs and k != "threads"}
         n_params = len(w.input_specs())
         params = ", ".join(f"p{k}" for k in range(n_params))
-        signature = f"kernel({params}, out" + (f", {dims.params()}" if dims.runtime else "") + ")"
+        rest = "out" + (f", {dims.params()}" if dims.runtime else "") + ")"   # after the inputs
+        signature = f"kernel({params}, {rest}"
         head = [f'"""conv2d {g["data_layout"]}/{g["kernel_layout"]}{" grouped" if G > 1 else ""}, '
                 f'{w.dtype}: GEMM per image{" and group" if G > 1 else ""}, A = {a_src}, B = {b_src}'
                 + (f" (stride class {sw if sw < 3 else 'other'})" if "im2col" in a_src + b_src else "") + ".",
@@ -320,12 +321,11 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
             parts.append(core.prepack_source())
             # kernel_prepared takes the inputs not prepared, then BP, then out (PreparedKernel)
             kept = ", ".join(f"p{k}" for k in range(n_params) if k != w_idx)
-            rest = signature[signature.index(", out"):]
             parts.append(["@numba.njit(cache=True)", f"def {signature}:",
                           '    """Every element of out is written: the weight packed, then kernel_prepared."""',
                           f"    BP = prepare(p{w_idx})[0]",
-                          f"    kernel_prepared({kept}, BP{rest}"])
-            signature = f"kernel_prepared({kept}, BP{rest}"
+                          f"    kernel_prepared({kept}, BP, {rest}"])
+            signature = f"kernel_prepared({kept}, BP, {rest}"
         kern = [jit, f"def {signature}:",
                 '    """Every element of out is written (inputs C-contiguous)."""']
         body = ([dims.pack()] + dims.unpack()) if dims.runtime else ["geo = ()"]
