@@ -177,6 +177,11 @@ def tuned_cpu() -> str | None:
     return None if _forced.get() is not None else compile_cpu()[0]
 
 
+def reads_a_in_place() -> bool:
+    """Whether the GEMM defaults read A in place: the CPU fitted to is in ``A_IN_PLACE_CPUS``."""
+    return tuned_cpu() in A_IN_PLACE_CPUS
+
+
 def current() -> Isa:
     """The ISA templates generate for (see the module docstring)."""
     forced = _forced.get()

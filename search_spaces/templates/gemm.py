@@ -151,8 +151,7 @@ class GemmTemplate(Template):
         """6 x 2L (AVX2) or 6 x 4L (AVX-512) intrinsic micro-kernel on packed panels (the BLIS
         structure, n/k/m blocks), 4 x 4L with A read in place on ``isa.A_IN_PLACE_CPUS``;
         with threads, the outermost (N) block loop is split so each thread gets equal work."""
-        return self._default(workload, max_threads,
-                             a_in_place=isa.tuned_cpu() in isa.A_IN_PLACE_CPUS)
+        return self._default(workload, max_threads, a_in_place=isa.reads_a_in_place())
 
     def seed_configs(self, workload: Gemm, max_threads: int = 1) -> list[Config]:
         """The default, then the ISA's other default (A in place or packed, as the CPUs of
@@ -160,7 +159,7 @@ class GemmTemplate(Template):
         where the other formulation wins, a 64-trial search starts from it (on Zen 5 two
         64-trial runs from the packed default reached 0.87-0.88 of a 500-trial run's best,
         which was the in-place tile)."""
-        here = isa.tuned_cpu() in isa.A_IN_PLACE_CPUS
+        here = isa.reads_a_in_place()
         first = self._default(workload, max_threads, a_in_place=here)
         other = self._default(workload, max_threads, a_in_place=not here)
         return [first] + ([other] if other != first else [])

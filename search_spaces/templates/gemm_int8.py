@@ -183,7 +183,7 @@ class GemmInt8Template(Template):
         # float GEMM): AMD Zen 5, 1024^3, 1 thread, paired: 4 x 64 in place 1.12-1.13x the
         # packed 6 x 64 (3.24 vs 3.66 ms median; 6 x 64 in place 1.10x, 6 x 48 1.02x)
         in_place = (not anchor and dot == "vnni" and vec == 512 and w.K % 4 == 0 and w.M >= 4
-                    and w.N >= 4 * lanes and isa.tuned_cpu() in isa.A_IN_PLACE_CPUS)
+                    and w.N >= 4 * lanes and isa.reads_a_in_place())
         if in_place:
             mr, nv = 4, 4
         # a few rows of C (GEMV-like): no taller tile than there are rows (padding is work)

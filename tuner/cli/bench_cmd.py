@@ -224,15 +224,15 @@ def run_ladder(args) -> int:
 
 
 def run_model(args) -> int:
-    from tuner.bench.model_bench import bench_model, models_markdown, table_markdown, write_results
+    from tuner.bench.model_bench import GROUPS, bench_model, models_markdown, table_markdown, write_results
     from workloads.errors import UsageError
     from tuner.target import usable_cores
 
     threads = _ints(args.threads, "--threads")
     if max(threads) > usable_cores():
         raise UsageError(f"--threads {max(threads)}: this machine allows 1..{usable_cores()}")
-    if not args.groups or set(args.groups) - set("ANBCDLMEFQ"):
-        raise UsageError(f"--groups must be letters of ANBCDLMEFQ, got {args.groups!r}")
+    if not args.groups or set(args.groups) - set(GROUPS):
+        raise UsageError(f"--groups must be letters of {''.join(GROUPS)}, got {args.groups!r}")
     if args.calibration < 1 or args.agreement < 1:
         raise UsageError("--calibration and --agreement must be >= 1")
     for model in args.model:
