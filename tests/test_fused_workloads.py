@@ -140,8 +140,10 @@ def test_injective_template_both_formulations_on_a_dag_and_a_concat():
                 Config({"formulation": "loops", "threads": 2})):
         assert run_kernel(w, t, cfg) is None, cfg
     concat = [workload_for_group(n) for n in groups(GRAPHS[1], 3) if "concatenate" in n.body.name][0]
-    assert t.space(concat).knob("formulation").values == ("numpy",)
-    assert run_kernel(concat, t, t.default_config(concat)) is None
+    # an NHWC channel concatenation: rows of segments (gather), or NumPy array code
+    assert t.space(concat).knob("formulation").values == ("gather", "numpy")
+    for cfg in (t.default_config(concat), Config({"formulation": "numpy", "threads": 1})):
+        assert run_kernel(concat, t, cfg) is None, cfg
 
 
 def test_fixed_template_pools_softmax_lrn():
@@ -227,21 +229,34 @@ def test_lrn_vector_and_scalar_forms(size, beta):
     ("avg_pool2d", (9, 10, 19), 3, 2, 1, {"count_include_pad": False}),
     ("avg_pool2d", (8, 9, 3), 3, 1, 1, {"count_include_pad": True, "ceil_mode": True}),
     ("avg_pool2d", (7, 7, 33), 7, 1, 0, {})])
-def test_nhwc_pools_fold_rows_of_channels(op, shape, k, s, p, extra):
-    """NHWC pooling (the O3 layout): per output pixel the window's channel rows are folded
-    into a row of accumulators (the contiguous channel loop), with padding, ceil mode and
-    both average counts; negative inputs, so a 0 padding of the max would show."""
+def test_nhwc_pools_by_channel_loops(op, shape, k, s, p, extra):
+    """NHWC pooling (the O3 layout): per output pixel the window's bounds once, then a loop
+    over the contiguous channels (each folding its window into a scalar), with padding,
+    ceil mode and both average counts; negative inputs, so a 0 padding of the max would
+    show."""
     b = GraphBuilder("g")
     y = b.op(op, b.input("x", (1,) + shape), pool_size=[k, k], strides=[s, s],
              padding=[p, p, p, p], layout="NHWC", **extra)
     (w,) = [workload_for_group(n) for n in fused_groups(optimize(b.build(y), opt_level=2))]
     t = get_template("fixed")
     src = t.codegen(w, t.default_config(w))
-    assert "acc = np.empty(" in src and "for c in range(" in src
+    assert "fb = ((n * " in src and "for c in range(" in src
     x, out = w.make_inputs(), w.make_outputs()
     x[0][...] = -np.abs(x[0]) - 1
     load_kernel(w, t, t.default_config(w))(*x, *out)
     assert w.check(x, out, w.reference(x)) is None
+
+
+def test_nhwc_global_average_pool_sums_rows_of_channels():
+    """NHWC global average pooling: rows of channels summed into float64 accumulators (no
+    transpose to planes), 2 images; the same sums in the same order as the reference."""
+    b = GraphBuilder("g")
+    y = b.op("global_avg_pool2d", b.input("x", (2, 5, 6, 19)), layout="NHWC")
+    (w,) = [workload_for_group(n) for n in fused_groups(optimize(b.build(y), opt_level=2))]
+    t = get_template("fixed")
+    src = t.codegen(w, t.default_config(w))
+    assert "np.transpose" not in src and "acc[c] += Xf[xb + c]" in src
+    assert run_kernel(w, t, t.default_config(w)) is None
 
 
 @pytest.mark.parametrize("size,beta", [(5, 0.75), (4, 0.5), (3, 1.0), (5, 0.6)])

@@ -161,3 +161,22 @@ def test_large_groups_run_on_every_thread_small_ones_on_one(compiled):
     assert 32 * 1024 >= PARALLEL_MIN_SEGMENT > 2 * 1024
     assert "for j0 in prange(32768):" in src and "for j0 in range(2048):" in src
     assert not compiled or check(cat, cfg) is None
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_nhwc_channel_concat_is_rows_of_segments(threads):
+    """A concatenation along NHWC channels (the O3 layout) is 5 x 6 rows of three runs, far
+    more than MAX_SEGMENTS segments: gathered as one loop over rows, each row the same three
+    copies (and a relu on the way), parallel over rows at 2 threads."""
+    def build(b):
+        xs = [b.input(n, (1, 5, 6 * 128, c)) for n, c in (("a", 3), ("c", 5), ("d", 2))]
+        return b.op("relu", b.op("concatenate", *xs, axis=3))
+    w = group_of(build)
+    plan = gather_plan(w)
+    assert plan["rows"] == (5 * 6 * 128, 10, [3, 5, 2])   # row period, each segment's row step
+    assert [(k, start, base) for k, start, base, _ in plan["segments"]] == [(0, 0, 0), (1, 3, 0), (2, 8, 0)]
+    t = get_template("injective")
+    assert t.default_config(w)["formulation"] == "gather"
+    cfg = Config({"formulation": "gather", "threads": threads})
+    assert ("prange(3840)" in t.codegen(w, cfg)) == (threads == 2)
+    assert check(w, cfg) is None

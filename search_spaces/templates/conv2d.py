@@ -224,10 +224,13 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
         Measured (AMD Zen 5, 1 thread, ResNet-50's NHWC layers beside one another, paired):
         4 x 64 against 8 x 32 0.93x time on the 1x1 K = 64 expansion (0.62 vs 0.67 ms),
         0.95x on the 14 x 14 3x3 (1.16 vs 1.22 ms), equal on 56 x 56 3x3; 6 x 48 (panels
-        padding 256 channels to 288) 1.0-1.5x slower."""
+        padding 256 channels to 288) 1.0-1.5x slower. Channels that fit one vector get a
+        one-vector tile: SqueezeNet's 1x1 squeezes to 16 channels at 55 x 55, 8 x 16 against
+        8 x 32 (half of it padding): 0.068 vs 0.142 ms (K = 64), 0.083 vs 0.168 ms (K = 128);
+        12 or 16 rows of one vector were no faster (0.070, 0.094-0.101 ms)."""
         vec = sp.knob("vec").values[-1]
         wide = isa.current().registers >= 32 and pl["N"] % (4 * vec) == 0
-        nr = 4 * vec if wide else 2 * vec
+        nr = 4 * vec if wide else vec if pl["N"] <= vec else 2 * vec
         mr = 4 if wide else (8 if isa.current().registers >= 32 else 6)
         pack_b = True
         cfg = default_core_config(sp, pl["M"], pl["N"], pl["K"], max_threads, False, pack_b,

@@ -139,7 +139,7 @@ PARALLEL_MIN_ELEMENTS = 1 << 15
 
 class InjectiveTemplate(Template):
     name = "injective"
-    version = 3
+    version = 4   # 4: gather over rows of a repeating pattern (NHWC channel concatenations)
     workload_kind = "injective"
     entry = "kernel"
 

@@ -113,8 +113,15 @@ def gather_plan(w) -> dict:
     cuts = np.flatnonzero(np.diff(src)) + 1
     starts = np.concatenate([[0], cuts])
     ends = np.concatenate([cuts, [codes.size]])
+    rows = None
     if len(starts) > MAX_SEGMENTS:
-        raise InstantiationError(f"gather: {len(starts)} segments (> {MAX_SEGMENTS})")
+        rows = _rows(codes, src, offset, ends)
+        if rows is None:
+            raise InstantiationError(f"gather: {len(starts)} segments (> {MAX_SEGMENTS}), "
+                                     "not rows of a repeating pattern")
+        period = rows[1]
+        keep = ends <= period
+        starts, ends, codes, src = starts[keep], ends[keep], codes[:period], src[:period]
     segments = []
     for a, b in zip(starts, ends):
         k = int(src[a])
@@ -123,7 +130,36 @@ def gather_plan(w) -> dict:
         if dims is None:
             raise InstantiationError("gather: a segment's index map is not affine")
         segments.append((k, int(a), int(idx[0]), dims))
-    return {"segments": segments, "chain": chain, "params": params}
+    if rows is not None:
+        steps = rows[2]
+        rows = (rows[0], rows[1], [int(steps[a]) for a in starts])
+    return {"segments": segments, "chain": chain, "params": params, "rows": rows}
+
+
+def _rows(codes: np.ndarray, src: np.ndarray, offset: np.ndarray, ends: np.ndarray):
+    """(R, P, step per element of a row) when the output is R rows of P elements that all
+    read the same parameters in the same pattern, row r's indices row 0's plus r * step (a
+    concatenation along an inner axis: NHWC channels, P the concatenated row); each of the
+    first row's segments then needs one step. None when no period up to the first
+    ``MAX_SEGMENTS`` segment ends does."""
+    n = codes.size
+    for period in ends[:MAX_SEGMENTS]:
+        period = int(period)
+        if n % period or period == n:
+            continue
+        R = n // period
+        s2 = src.reshape(R, period)
+        if not (s2 == s2[0]).all():
+            continue
+        c2 = codes.reshape(R, period) - offset[s2]
+        step = c2[1] - c2[0]
+        if not (c2 == c2[0] + np.arange(R, dtype=np.int64)[:, None] * step).all():
+            continue
+        cuts = np.flatnonzero(np.diff(s2[0])) + 1
+        if all((step[a:b] == step[a]).all() for a, b in zip(np.concatenate([[0], cuts]),
+                                                            np.concatenate([cuts, [period]]))):
+            return R, period, step
+    return None
 
 
 def broadcast_index(o: str, out_shape: tuple, shape: tuple) -> str:
@@ -154,8 +190,12 @@ def parallel_segments(w, threads: int) -> list[bool]:
     """Which segments' outer loops run with ``prange``: at ``threads`` > 1, those of at least
     ``PARALLEL_MIN_SEGMENT`` elements (a concatenation of many small inputs stays on one
     thread: one parallel region per segment)."""
+    plan = gather_plan(w)
+    if plan["rows"] is not None:   # one parallel loop over the rows
+        R, period, _ = plan["rows"]
+        return [threads > 1 and R > 1 and R * period >= PARALLEL_MIN_SEGMENT]
     return [threads > 1 and int(np.prod([e for e, _ in dims])) >= PARALLEL_MIN_SEGMENT
-            for _, _, _, dims in gather_plan(w)["segments"]]
+            for _, _, _, dims in plan["segments"]]
 
 
 def gather_source(w, threads: int) -> list[str]:
@@ -163,12 +203,24 @@ def gather_source(w, threads: int) -> list[str]:
     plan = gather_plan(w)
     nparams = len(w.input_specs())
     lines = [f"e{k} = p{k}.reshape(-1)" for k in range(nparams)] + ["Cf = out.reshape(-1)"]
-    for (k, start, base, dims), par in zip(plan["segments"], parallel_segments(w, threads)):
+    segments, par_segments = plan["segments"], parallel_segments(w, threads)
+    row = ""
+    steps = [0] * len(segments)
+    if plan["rows"] is not None:
+        R, period, steps = plan["rows"]
+        lines.append(f"# {R} rows of {period} elements, each the segments below")
+        lines.append(f"for r in {'prange' if par_segments[0] else 'range'}({R}):")
+        row, par_segments = "    ", [False] * len(segments)
+    for (k, start, base, dims), par, step in zip(segments, par_segments, steps):
         outer = list(reversed(dims))   # outermost first
-        lines.append(f"# output [{start}, {start + int(np.prod([e for e, _ in dims]))}) from p{k}: "
-                     + " x ".join(f"{e} (stride {s})" for e, s in outer))
-        ind = ""
+        lines.append(f"{row}# output [{start}, {start + int(np.prod([e for e, _ in dims]))}) from p{k}: "
+                     + " x ".join(f"{e} (stride {s})" for e, s in outer)
+                     + (f", row step {step}" if row else ""))
+        ind = row
         o_terms, i_terms = [str(start)], [str(base)]
+        if row:
+            o_terms.append(f"r * {period}")
+            i_terms.append(f"r * {step}")
         ostride = int(np.prod([e for e, _ in dims]))
         for d, (e, s) in enumerate(outer):
             ostride //= e
