@@ -229,22 +229,29 @@ def test_lrn_vector_and_scalar_forms(size, beta):
     ("avg_pool2d", (9, 10, 19), 3, 2, 1, {"count_include_pad": False}),
     ("avg_pool2d", (8, 9, 3), 3, 1, 1, {"count_include_pad": True, "ceil_mode": True}),
     ("avg_pool2d", (7, 7, 33), 7, 1, 0, {})])
-def test_nhwc_pools_by_channel_loops(op, shape, k, s, p, extra):
-    """NHWC pooling (the O3 layout): per output pixel the window's bounds once, then a loop
-    over the contiguous channels (each folding its window into a scalar), with padding,
-    ceil mode and both average counts; negative inputs, so a 0 padding of the max would
-    show."""
-    b = GraphBuilder("g")
-    y = b.op(op, b.input("x", (1,) + shape), pool_size=[k, k], strides=[s, s],
-             padding=[p, p, p, p], layout="NHWC", **extra)
-    (w,) = [workload_for_group(n) for n in fused_groups(optimize(b.build(y), opt_level=2))]
+def test_nhwc_pools_in_vectors_of_channels(op, shape, k, s, p, extra):
+    """NHWC pooling (the O3 layout): per output pixel the window's bounds once, then vectors
+    of channels (the last one masked: 19, 5, 3, 33 channels) folded over the taps, with
+    padding, ceil mode and both average counts, output rows split across 2 threads; with a
+    relu after it the scalar per-channel form (an epilogue per element). Negative inputs, so
+    a 0 padding of the max would show."""
     t = get_template("fixed")
-    src = t.codegen(w, t.default_config(w))
-    assert "fb = ((n * " in src and "for c in range(" in src
-    x, out = w.make_inputs(), w.make_outputs()
-    x[0][...] = -np.abs(x[0]) - 1
-    load_kernel(w, t, t.default_config(w))(*x, *out)
-    assert w.check(x, out, w.reference(x)) is None
+    for relu in (False, True):
+        b = GraphBuilder("g")
+        y = b.op(op, b.input("x", (1,) + shape), pool_size=[k, k], strides=[s, s],
+                 padding=[p, p, p, p], layout="NHWC", **extra)
+        y = b.op("relu", y) if relu else y
+        (w,) = [workload_for_group(n) for n in fused_groups(optimize(b.build(y), opt_level=2))]
+        src = t.codegen(w, t.default_config(w))
+        assert ("vload_n(Xf" in src) != relu and "for c" in src
+        x = w.make_inputs()
+        x[0][...] = -np.abs(x[0]) - 1
+        two = t.space(w, 2).knob("threads").values[-1] == 2   # not for one output row
+        assert two == (not relu and shape[0] > k)
+        for cfg in [t.default_config(w)] + ([Config({"threads": 2})] if two else []):
+            out = w.make_outputs()
+            load_kernel(w, t, cfg)(*x, *out)
+            assert w.check(x, out, w.reference(x)) is None, (relu, cfg)
 
 
 def test_nhwc_global_average_pool_sums_rows_of_channels():

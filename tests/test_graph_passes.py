@@ -269,27 +269,21 @@ def test_convert_layout_puts_transforms_only_at_the_boundaries():
         }""")
 
 
-def test_convert_layout_keeps_grouped_convs_in_nchw():
-    """Grouped (and depthwise) convs have kernels for NCHW/OIHW only: converting to NHWC
-    leaves them there, with transforms at their boundaries, around converted neighbours."""
-    check(ConvertLayout(desired="NHWC"), """
-        graph g(%x: float32[1, 4, 4, 4]) {
+def test_convert_layout_keeps_graphs_with_grouped_convs_in_nchw():
+    """Grouped (and depthwise) convs have kernels for NCHW/OIHW only: a graph that has one is
+    not converted to NHWC at all (no conv between two transforms), while the same graph
+    without it is."""
+    src = """
+        graph g(%x: float32[1, 4, 4, 4]) {{
           %w = const(fill=0.5) : float32[4, 4, 1, 1]
-          %wg = const(fill=0.5) : float32[4, 2, 3, 3]
+          %wg = const(fill=0.5) : float32[4, {ci}, 3, 3]
           %c = conv2d(%x, %w)
-          %d = conv2d(%c, %wg, padding=[1, 1, 1, 1], groups=2)
+          %d = conv2d(%c, %wg, padding=[1, 1, 1, 1], groups={groups})
           return %d
-        }""", """
-        graph g(%x: float32[1, 4, 4, 4]) {
-          %w = const(fill=0.5) : float32[4, 4, 1, 1]
-          %wg = const(fill=0.5) : float32[4, 2, 3, 3]
-          %x.nhwc = layout_transform(%x, src_layout="NCHW", dst_layout="NHWC")
-          %w.hwio = layout_transform(%w, src_layout="OIHW", dst_layout="HWIO")
-          %c = conv2d(%x.nhwc, %w.hwio, data_layout="NHWC")
-          %c.nchw = layout_transform(%c, src_layout="NHWC", dst_layout="NCHW")
-          %d = conv2d(%c.nchw, %wg, padding=[1, 1, 1, 1], groups=2)
-          return %d
-        }""")
+        }}"""
+    check(ConvertLayout(desired="NHWC"), src.format(ci=2, groups=2), src.format(ci=2, groups=2))
+    g = ConvertLayout(desired="NHWC")(parse(src.format(ci=4, groups=1)))
+    assert [n.attrs["data_layout"] for n in g.nodes if n.op == "conv2d"] == ["NHWC", "NHWC"]
 
 
 def test_convert_layout_cancels_back_to_back_transforms():

@@ -18,7 +18,8 @@ from search_spaces.epilogue import DTYPE_SRC, Epilogue
 from search_spaces import isa
 from search_spaces.templates.fixed_vector import (VEC_NAMES, lrn_vector, lrn_vector_source,
                                                   max_pool_vector, pool8_nchw_vector,
-                                                  pool_nchw_vector, pool_vector)
+                                                  pool_nchw_vector, pool_nhwc_vector,
+                                                  pool_nhwc_vector_applies, pool_vector)
 from search_spaces.space import Config, ConfigSpace, Knob
 from search_spaces.template import Template
 from workloads.errors import InstantiationError
@@ -51,7 +52,7 @@ def _convert_expr(convert: dict, operand: str) -> str:
 
 class FixedTemplate(Template):
     name = "fixed"
-    version = 7   # 7: NHWC max pool by selects, NHWC global average pool by rows (both vectorize)
+    version = 7   # 7: NHWC max/avg pools in vectors of channels, NHWC global average pool by rows
     workload_kind = "fixed"
     tunable = False   # one point per workload: nothing to search
     entry = "kernel"
@@ -82,9 +83,11 @@ class FixedTemplate(Template):
         if not (FixedTemplate._pool8(w) or FixedTemplate._pool_quantize(w)) and (
                 op not in POOLS or epilogue or in_dtype != w.dtype or not w.dtype.startswith("float")):
             return 0
+        xs = tuple(w.p["inputs"][0][0])
+        if pool_nhwc_vector_applies(op, attrs) and not FixedTemplate._pool_quantize(w):
+            return xs[0] * tuple(w.out_shape)[1]   # NHWC: output rows
         if not pool_vector(op, attrs):
             return 0
-        xs = tuple(w.p["inputs"][0][0])
         return xs[0] * xs[1] if len(xs) == 4 else 0
 
     @staticmethod
@@ -160,8 +163,12 @@ class FixedTemplate(Template):
             if op in POOLS and convert is not None:   # a float max pool, then a quantize
                 quant = _convert_expr(convert, "T[i]")
                 vec = isa.current().lanes(in_dtype)
-            lines += (pool_nchw_vector(op, attrs, x_shape, shape, vec, threads, quant) if op in POOLS
-                      else lrn_vector_source(attrs, x_shape, vec))
+            if op in POOLS and attrs["layout"] == "NHWC":
+                lines += pool_nhwc_vector(op, attrs, x_shape, shape, vec, threads)
+            elif op in POOLS:
+                lines += pool_nchw_vector(op, attrs, x_shape, shape, vec, threads, quant)
+            else:
+                lines += lrn_vector_source(attrs, x_shape, vec)
         else:
             body = getattr(self, "_" + op)(attrs, x_shape, shape)
             lines += body
