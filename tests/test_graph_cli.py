@@ -87,4 +87,6 @@ def test_full_constant_dumps_parse_back(capsys):
     out = capsys.readouterr().out
     block = out.split("# ---- IR after FuseOps\n", 1)[1]
     block = block[:block.index("\n}\n") + 3]
-    assert parse(block) == optimize(load(CONV_BLOCK), 2)
+    from tuner.compiler.compile_model import default_opt_level
+    graph = load(CONV_BLOCK)
+    assert parse(block) == optimize(graph, default_opt_level(graph))

@@ -150,7 +150,7 @@ def _graph(graph_or_path):
 
 
 def tune_model(graph_or_path, *, trials: int = 400, threads: int = 1, db: str | None = None,
-               opt_level: int = 2, strategy: str = "model", batch_size: int = 8, seed: int = 0,
+               opt_level: int | None = None, strategy: str = "model", batch_size: int = 8, seed: int = 0,
                log: str | None = None, progress: bool = False,
                echo: Callable[[str], Any] | None = None, end_to_end: bool = True) -> dict:
     """Tune every task of a model (a Graph or a path) into ``db``, spending ``trials`` where the
@@ -164,8 +164,8 @@ def tune_model(graph_or_path, *, trials: int = 400, threads: int = 1, db: str | 
 
     n = _threads(threads)
     TuneOptions(strategy=strategy, trials=trials, threads=n, batch_size=batch_size)  # checks
-    if opt_level not in range(4):
-        raise UsageError(f"opt_level must be 0..3, got {opt_level!r}")
+    if opt_level is not None and opt_level not in range(4):
+        raise UsageError(f"opt_level must be 0..3 or None (the default level), got {opt_level!r}")
     graph = _graph(graph_or_path)
     report = run(graph, trials=trials, store=open_store(db), target=host_target(), threads=n,
                  opt_level=opt_level, strategy=strategy, round_size=batch_size, seed=seed,

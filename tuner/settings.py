@@ -17,10 +17,33 @@ import sys
 from pathlib import Path
 
 DEFAULT_DB = "sqlite:///logs/tuning.db"
+# The graph pass pipeline builds, task extraction, ``tune model`` and ``verify`` run when none
+# is named: 3 (NHWC, direct convolutions) for float models on AVX-512 targets, 2 (NCHW) on
+# AVX2 ones and for INT8 models. Measured (AMD Zen 5, 1 thread, docs/bench/
+# 2026-12-02c-znver5-*.json): at -O 3 every light model runs at >= 0.90x ONNX Runtime (-O 2:
+# 0.77-0.89x on five of them); AVX2 code (TUNER_CPU=znver3) on the same machine, -O 3 against
+# -O 2: ResNet-50 0.97x, SqueezeNet 0.95x, DenseNet-121 1.03x (its NHWC tiles are not fitted
+# yet). The INT8 groups and their measurements are NCHW.
+DEFAULT_OPT_LEVEL = 3
+AVX2_OPT_LEVEL = 2
+INT8_OPT_LEVEL = 2
 
 
 def db_url(cli_value: str | None = None) -> str:
     return cli_value or os.environ.get("TUNER_DB") or DEFAULT_DB
+
+
+def opt_level(value: int | None = None, int8: bool = False) -> int:
+    """``value``, or the default pipeline level for the target (``DEFAULT_OPT_LEVEL``,
+    ``AVX2_OPT_LEVEL``) or for INT8 (``INT8_OPT_LEVEL``)."""
+    if value is not None:
+        return value
+    if int8:
+        return INT8_OPT_LEVEL
+    from search_spaces import isa
+
+    apply_cpu_override()   # TUNER_CPU names the target
+    return DEFAULT_OPT_LEVEL if isa.current().vector_bits >= 512 else AVX2_OPT_LEVEL
 
 
 def cache_dir() -> Path:

@@ -1,6 +1,7 @@
 """Task extraction and the task scheduler: from a model to the workloads worth tuning.
 
-``extract_tasks(graph)`` runs the same pass pipeline the builder runs (``opt_level``, default 2),
+``extract_tasks(graph)`` runs the same pass pipeline the builder runs (``opt_level``, default 3
+for float models and 2 for quantized ones: ``settings.opt_level``),
 turns every fused group into its workload (``workloads.fused.workload_for_group``) and merges
 equal workloads (same key) into one ``Task`` with its occurrence count. Groups the builder turns
 into views (reshape-only) cost nothing and are not tasks. Each task's time is the best record's
@@ -54,7 +55,7 @@ class Task:
         return self.time * self.occurrences
 
 
-def fuse(graph, opt_level: int = 2, layout: str = "NHWC"):
+def fuse(graph, opt_level: int | None = None, layout: str = "NHWC"):
     """The pipeline the builder runs (``tuner.compiler.compile_model.pipeline``)."""
     from tuner.compiler.compile_model import pipeline
 
@@ -66,7 +67,7 @@ def estimate_time(workload) -> float:
     return max(workload.flops() / rate, workload.nbytes() / NOMINAL_BANDWIDTH, 1e-6)
 
 
-def extract_tasks(graph, *, opt_level: int = 2, fused: bool = False, store=None, target=None,
+def extract_tasks(graph, *, opt_level: int | None = None, fused: bool = False, store=None, target=None,
                   threads: int = 1) -> list[Task]:
     """Tasks of ``graph`` (already fused when ``fused``), heaviest share first."""
     from search_spaces import get_template, templates_for
@@ -193,7 +194,7 @@ def load_graph(path: str):
     return load_model(path)
 
 
-def tune_model(graph, *, trials: int, store, target, threads: int, opt_level: int = 2,
+def tune_model(graph, *, trials: int, store, target, threads: int, opt_level: int | None = None,
                strategy: str = "model", round_size: int = 8, seed: int = 0, measure_opts=None,
                progress: bool = False, log_path: str | None = None, command: str = "",
                echo=print, end_to_end: bool = True) -> dict:
@@ -203,6 +204,7 @@ def tune_model(graph, *, trials: int, store, target, threads: int, opt_level: in
     import time
 
     from search_spaces import get_template
+    from tuner.compiler.compile_model import default_opt_level
     from tuner.measure.measurer import MeasureOptions, Measurer
     from tuner.tuning import TuneOptions, tune
 
@@ -210,6 +212,7 @@ def tune_model(graph, *, trials: int, store, target, threads: int, opt_level: in
     model = graph if isinstance(graph, str) else graph.name
     if isinstance(graph, str):
         graph = load_graph(graph)
+    opt_level = default_opt_level(graph, opt_level)
     tasks = extract_tasks(graph, opt_level=opt_level, store=store, target=target,
                           threads=threads)
     states = []
@@ -270,7 +273,7 @@ def tune_model(graph, *, trials: int, store, target, threads: int, opt_level: in
     return report
 
 
-def measure_builds(graph, *, store, threads: int, opt_level: int = 2, rounds: int = 3,
+def measure_builds(graph, *, store, threads: int, opt_level: int | None = None, rounds: int = 3,
                    repeat: int = 15, seed: int = 1) -> dict:
     """The end-to-end effect of the records: ``graph`` built twice in this process (template
     defaults everywhere; the records as ``build`` applies them, guard included), both run on

@@ -14,8 +14,9 @@ def add_model_build_args(p) -> None:
     p.add_argument("model", metavar="MODEL", help="model file: .onnx (extra .[onnx]) or IR text")
     add_threads_arg(p)
     add_db_arg(p)
-    p.add_argument("--opt-level", "-O", type=int, default=2, choices=range(4), metavar="N",
-                   help="graph pass pipeline 0..3 (default 2; 0 = no graph optimisation)")
+    p.add_argument("--opt-level", "-O", type=int, default=None, choices=range(4), metavar="N",
+                   help="graph pass pipeline 0..3 (default 3 on AVX-512 targets: NHWC, direct convolutions; 2 on AVX2 and with "
+                        "--int8: NCHW; 0 = no graph optimisation)")
     p.add_argument("--strict", action="store_true",
                    help="fail (NoRecordError) when any kernel would use a fallback config")
     p.add_argument("--untuned", action="store_true",
@@ -77,6 +78,7 @@ def register(sub) -> None:
 
 def build_module(args, graph=None):
     """Build ``args.model`` (or ``graph``) with the shared options; returns the module."""
+    from tuner import settings
     from tuner.compiler import build
     from tuner.cli.common import threads_of
     from workloads.errors import UsageError
@@ -85,6 +87,7 @@ def build_module(args, graph=None):
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
     int8 = int8_options(args)
+    args.opt_level = settings.opt_level(args.opt_level, int8 is not None)
     seed = getattr(args, "random_weights", None)
     if graph is None and seed is not None:
         if not args.model.endswith(".onnx"):

@@ -15,8 +15,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run the default pass pipeline of an opt level on a graph in text form "
                     "(.txt; ONNX files once the frontend exists) and report what each pass did.")
     p.add_argument("file", metavar="FILE", help="graph in text form (see README: Graph IR)")
-    p.add_argument("--opt-level", "-O", type=int, default=2, choices=range(4), metavar="N",
-                   help="0..3 (default 2); see README for the passes of each level")
+    p.add_argument("--opt-level", "-O", type=int, default=None, choices=range(4), metavar="N",
+                   help="0..3 (default as build: 3 on AVX-512, 2 on AVX2 or for a quantized graph); see README for "
+                        "the passes of each level")
     p.add_argument("--dump", action="store_true", help="print the IR before and after each pass")
     p.add_argument("--disable", action="append", default=[], metavar="PASS",
                    help="skip a pass by name (repeatable, or comma-separated)")
@@ -41,7 +42,10 @@ def run(args: argparse.Namespace) -> int:
 
     from tuner.frontend import load_model
 
+    from tuner.compiler.compile_model import default_opt_level
+
     graph = load_model(args.file)
+    args.opt_level = default_opt_level(graph, args.opt_level)
     disabled = {d.strip() for item in args.disable for d in item.split(",") if d.strip()}
     if args.max_group_size is not None and args.max_group_size < 1:
         raise UsageError(f"--max-group-size must be >= 1, got {args.max_group_size}")

@@ -3,10 +3,12 @@
 One row per distinct workload (equal groups merged): kind, what it computes, occurrences,
 GFLOP per call, time per call (the best record's median, or an estimate) and its estimated
 share of the model's run time, and whether the records database has a config for it on this
-target and thread count. The same pass pipeline as ``build`` (``--opt-level``, default 2) makes
+target and thread count. The same pass pipeline as ``build`` (``--opt-level``, default as build) makes
 the groups, so the keys are the ones the builder looks up.
 """
 from __future__ import annotations
+
+from tuner import settings
 
 
 def register(sub) -> None:
@@ -14,8 +16,8 @@ def register(sub) -> None:
 
     p = sub.add_parser("tasks", help="list a model's fused subgraphs as workloads (tuning tasks)")
     p.add_argument("model", metavar="MODEL", help="model file: .onnx or IR text")
-    p.add_argument("--opt-level", "-O", type=int, default=2, choices=range(4), metavar="N",
-                   help="graph pass pipeline 0..3 (default 2, as build)")
+    p.add_argument("--opt-level", "-O", type=int, default=None, choices=range(4), metavar="N",
+                   help="graph pass pipeline 0..3 (default as build: 3 on AVX-512, 2 on AVX2 and with --int8)")
     add_threads_arg(p)
     add_db_arg(p)
     p.add_argument("--keys", action="store_true", help="print each task's workload key")
@@ -28,9 +30,13 @@ def run(args) -> int:
     from tuner.target import host_target
     from tuner.tasks import extract_tasks, load_graph, shares
 
+    from tuner.compiler.compile_model import default_opt_level
+
     threads = threads_of(args)
     store, target = open_store(args), host_target()
-    tasks = extract_tasks(load_graph(args.model), opt_level=args.opt_level, store=store,
+    graph = load_graph(args.model)
+    args.opt_level = default_opt_level(graph, args.opt_level)
+    tasks = extract_tasks(graph, opt_level=args.opt_level, store=store,
                           target=target, threads=threads)
     share = shares(tasks)
     rows = [{"task": i, "kind": t.workload.kind, "workload": t.workload.summary(),
@@ -101,6 +107,7 @@ def tune_model_cmd(args) -> int:
                            placements=getattr(args, "placements", 4),
                            run_timeout=args.run_timeout, build_timeout=args.build_timeout)
     echo = (lambda *a, **k: print(*a, file=sys.stderr, **k)) if args.json else print
+    args.opt_level = settings.opt_level(args.opt_level, bool(getattr(args, "int8", False)))
     if not args.json:
         print(f"model    : {args.model} (opt level {args.opt_level})")
         print(f"target   : {target.key}, {threads} thread(s); db {store.url}")

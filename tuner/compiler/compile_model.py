@@ -58,6 +58,7 @@ class _Kernel:
     config: object | None = None
     path: Path | None = None
     note: str = ""
+    prepared_only: bool = False   # the step calls kernel_prepared (its prepared operands are constants)
 
 
 def _label(node: Node) -> str:
@@ -69,9 +70,13 @@ def _label(node: Node) -> str:
         return node.body.name if node.body is not None else node.op
 
 
-def pipeline(graph: Graph, opt_level: int = 2, layout: str = "NHWC", prologue: bool = True) -> Graph:
-    """The pass pipeline a build runs (task extraction runs the same one)."""
+def pipeline(graph: Graph, opt_level: int | None = None, layout: str = "NHWC",
+             prologue: bool = True) -> Graph:
+    """The pass pipeline a build runs (task extraction runs the same one); ``opt_level``
+    None: the default level for this graph (``default_opt_level``)."""
     from workloads.graph.passes import optimize
+
+    opt_level = default_opt_level(graph, opt_level)
 
     kw = {} if prologue else {"prologue": False}
     if opt_level == 3:
@@ -145,19 +150,28 @@ def _plan_kernel(node: Node, *, threads: int, store, strict: bool, tuned: bool) 
     return _Kernel(node, w.kind, source, label, w, tpl, config, path, note)
 
 
-def _bind_prepared(k: _Kernel, node: Node, fn, args: tuple, consts: set[str]):
-    """(fn, args) of a kernel step: when the template prepares some operands (its
-    ``prepared_inputs``: weights packed, corrections folded) and all of them are constants of
-    the graph, ``prepare`` runs once here and the step calls ``kernel_prepared`` on its result;
-    otherwise (a weight given as a graph input) the entry, which prepares on every call."""
-    from search_spaces.template import prepare_kernel, prepared_inputs
+def _prepared_only(k: _Kernel, consts: set[str]) -> bool:
+    """Whether the step will call ``kernel_prepared`` alone (``_bind_prepared``): the
+    template prepares some operands and every one of them is a constant of the graph."""
+    from search_spaces.template import prepared_inputs
 
+    if k.path is None or k.template is None:
+        return False
     idx = prepared_inputs(k.template, k.workload, k.config)
-    if not idx or any(node.inputs[i] not in consts for i in idx):
+    return bool(idx) and all(k.node.inputs[i] in consts for i in idx)
+
+
+def _bind_prepared(k: _Kernel, fn, args: tuple):
+    """(fn, args) of a kernel step: for a ``prepared_only`` kernel ``prepare`` runs once here
+    and the step calls ``kernel_prepared`` on its result; otherwise (no prepared operands, or
+    a weight given as a graph input) the entry, which prepares on every call."""
+    if not k.prepared_only:
         return fn, args
+    from search_spaces.template import prepare_kernel, prepared_inputs
     from tuner.measure.kernel_key import import_kernel_module
 
-    pk = prepare_kernel(import_kernel_module(k.path), idx, args[:-1],
+    pk = prepare_kernel(import_kernel_module(k.path),
+                        prepared_inputs(k.template, k.workload, k.config), args[:-1],
                         k.template.runtime_args(k.workload, k.config))
     return pk.fn, pk.args(args[:-1], args[-1:])
 
@@ -179,7 +193,7 @@ def build_request(k: _Kernel) -> dict:
             "runtime_args": list(k.template.runtime_args(k.workload, k.config)),
             "arg_specs": k.workload.input_specs() + k.workload.output_specs(),
             "prepared": list(prepared_inputs(k.template, k.workload, k.config)),
-            "n_inputs": len(k.workload.input_specs())}
+            "n_inputs": len(k.workload.input_specs()), "prepared_only": k.prepared_only}
 
 
 def compile_cost(path: Path) -> int:
@@ -204,7 +218,8 @@ def _compile_in_workers(kernels: list[_Kernel], jobs: int, threads: int, cache: 
         if k.path is None:
             continue
         sig = (k.path, tuple((len(s), str(d)) for s, d in
-                             k.workload.input_specs() + k.workload.output_specs()))
+                             k.workload.input_specs() + k.workload.output_specs()),
+               k.prepared_only)
         if sig not in todo and not _cached(k.path, cache):
             todo[sig] = k
     if not todo:
@@ -220,7 +235,7 @@ def _compile_in_workers(kernels: list[_Kernel], jobs: int, threads: int, cache: 
     def loop(worker) -> None:
         while pending:
             try:
-                (path, _sig), k = pending.pop(0)
+                (path, *_), k = pending.pop(0)
             except IndexError:
                 return
             reply = worker.call("build", build_request(k), 600.0)
@@ -273,14 +288,15 @@ def classify_groups(g: Graph, inplace_concat: bool = True):
     return groups, views, kinds, slots
 
 
-def build(graph: Graph, *, opt_level: int = 2, threads: int = 1, db: str | None = None,
+def build(graph: Graph, *, opt_level: int | None = None, threads: int = 1, db: str | None = None,
           store=None, strict: bool = False, tuned: bool = True, jobs: int | None = None,
           layout: str = "NHWC", name: str | None = None, warmup: bool = True,
           inplace_concat: bool = True, int8=False, prologue: bool = True) -> Module:
     """An executable module for ``graph`` (see the module docstring).
 
-    ``opt_level``: the pass pipeline (0: no graph optimisation, one op per kernel; 2:
-    default). ``threads``: the thread budget records are looked up for and kernels run with.
+    ``opt_level``: the pass pipeline (0: no graph optimisation, one op per kernel; 2: NCHW;
+    3: NHWC with direct convolutions; None: ``default_opt_level``, 3 for float models and 2
+    for INT8 ones). ``threads``: the thread budget records are looked up for and kernels run with.
     ``db``/``store``: the records. ``strict``: a missing record is ``NoRecordError``.
     ``tuned=False``: template defaults everywhere. ``jobs``: compile processes (default:
     usable cores). ``inplace_concat=False`` copies every concatenation and ``prologue=False``
@@ -296,6 +312,7 @@ def build(graph: Graph, *, opt_level: int = 2, threads: int = 1, db: str | None 
     if threads < 1 or threads > usable_cores():
         raise UsageError(f"threads={threads}: this machine allows 1..{usable_cores()}")
     name = name or graph.name
+    opt_level = default_opt_level(graph, opt_level, bool(int8))
     qrun = None
     if int8:
         from tuner.quant.flow import quantize_for_build
@@ -311,6 +328,9 @@ def build(graph: Graph, *, opt_level: int = 2, threads: int = 1, db: str | None 
                                                        strict=strict, tuned=tuned,
                                                        inplace_concat=inplace_concat)
 
+    consts = {n.name for n in g.nodes if n.is_const}
+    for k in kernels.values():
+        k.prepared_only = _prepared_only(k, consts)
     t_compile = time.perf_counter()
     replies = _compile_in_workers(list(kernels.values()), jobs or usable_cores(), threads, cache)
     for k in kernels.values():
@@ -353,7 +373,6 @@ def build(graph: Graph, *, opt_level: int = 2, threads: int = 1, db: str | None 
             arrays[v] = a
         return a
 
-    consts = {n.name for n in g.nodes if n.is_const}
     steps: list[Step] = []
     for node in groups:
         if node.name in views:
@@ -372,7 +391,7 @@ def build(graph: Graph, *, opt_level: int = 2, threads: int = 1, db: str | None 
         if fn is None:
             fn = _numpy_step(node)
         else:
-            fn, args = _bind_prepared(k, node, fn, args, consts)
+            fn, args = _bind_prepared(k, fn, args)
         steps.append(Step(node.name, k.label, k.kind, k.source, fn, args,
                           getattr(k.workload, "key", None),
                           getattr(k.template, "name", None),
@@ -401,6 +420,14 @@ def build(graph: Graph, *, opt_level: int = 2, threads: int = 1, db: str | None 
 
 
 QUANT_OPS = frozenset({"quantize", "dequantize", "requantize", "qconv2d", "qdense", "qadd"})
+
+
+def default_opt_level(graph: Graph, opt_level: int | None = None, int8: bool = False) -> int:
+    """``opt_level``, or the default for ``graph`` (``settings.opt_level``): the INT8 level
+    for a graph built with ``int8`` or already quantized (it has quantized ops)."""
+    if opt_level is not None:
+        return opt_level
+    return settings.opt_level(None, int8 or any(n.op in QUANT_OPS for n in graph.nodes))
 
 
 def is_quantized_group(node: Node) -> bool:

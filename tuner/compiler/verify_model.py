@@ -88,7 +88,7 @@ def prepare(path: str, seed: int | None):
     return model, from_model(model, name=name, where=path)
 
 
-def verify_onnx(path: str, *, seed: int | None = None, threads: int = 1, opt_level: int = 2,
+def verify_onnx(path: str, *, seed: int | None = None, threads: int = 1, opt_level: int | None = None,
                 input_seed: int = 0, rtol: float = RTOL, atol: float = ATOL, db: str | None = None,
                 strict: bool = False, tuned: bool = True, jobs: int | None = None) -> VerifyResult:
     from tuner.compiler.compile_model import build

@@ -146,7 +146,8 @@ class Measurer:
                prepared: tuple = ()) -> dict:
         req = {"path": str(path), "entry": template.entry, "runtime_args": list(runtime_args),
                "arg_specs": workload.input_specs() + workload.output_specs(),
-               "prepared": list(prepared), "n_inputs": len(workload.input_specs())}
+               "prepared": list(prepared), "n_inputs": len(workload.input_specs()),
+               "prepared_only": True}   # ``run`` times the prepared form only
         return worker.call("build", req, self.opts.build_timeout)
 
     def _run(self, workload, template, config: Config, path: Path, cutoff_s: float | None,

@@ -214,7 +214,11 @@ def build(req: dict) -> dict:
             sig = tuple(numba.typeof(np.empty((1,) * len(shape), dtype=dtype))
                         for shape, dtype in req["arg_specs"])
             sig += tuple(numba.typeof(a) for a in req.get("runtime_args", ()))
-            fn.compile(sig)
+            # ``prepared_only``: the caller runs the prepared form alone (a measurement, a
+            # model whose prepared operands are constants): the entry, which would compile
+            # prepare and kernel_prepared once more inlined into itself, is left uncompiled
+            if not (req.get("prepared") and req.get("prepared_only")):
+                fn.compile(sig)
             if req.get("prepared"):   # the prepared form too (what a built model calls)
                 _compile_prepared(mod, req)
     except Exception as exc:  # noqa: BLE001 - any failure of user code is a status
