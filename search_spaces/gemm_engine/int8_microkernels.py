@@ -86,9 +86,16 @@ def pack_a_source(a_layout: str = "MK") -> list[str]:
     return lines
 
 
-def pack_b_source(b_layout: str = "KN") -> list[str]:
+def pack_b_source(b_layout: str = "KN", vector_nr: int | None = None) -> list[str]:
     """``b_layout`` "KN": B is [K, N] row-major; "NK": B is given as its transpose [N, K] (a
-    dense layer's or a 1x1/OIHW convolution's weight rows), read ``B[j, k]``."""
+    dense layer's or a 1x1/OIHW convolution's weight rows), read ``B[j, k]``.
+    ``vector_nr`` (KN, groups of 4 bytes, B C-contiguous: the GEMM template's argument):
+    full panels as vectors, four rows of NR bytes loaded, interleaved by one shuffle
+    (``vinterleave4``) and stored as one panel row of groups. AMD Zen 5, 1024 x 1024 int8, NR
+    = 64: 0.046 ms against 0.28-0.31 ms for the byte loops (which LLVM left scalar), a
+    twelfth of the 1024^3 GEMM's time."""
+    if vector_nr is not None and b_layout == "KN":
+        return _pack_b_vector_source(vector_nr)
     lines = [
         "@numba.njit(cache=True)",
         "def pack_b(B, p0, j0, kc, nc, Bp):",
@@ -127,6 +134,43 @@ def pack_b_source(b_layout: str = "KN") -> list[str]:
                           "Bp[q, g, c, t] = B[j0 + q*NR + c, p0 + g*G + t]")
                  for ln in lines]
     return lines
+
+
+def _pack_b_vector_source(nr: int) -> list[str]:
+    """``pack_b`` with vector full panels (``pack_b_source``'s ``vector_nr``)."""
+    return [
+        "@numba.njit(cache=True)",
+        "def pack_b(B, p0, j0, kc, nc, Bp):",
+        '    """B[p0:p0+kc, j0:j0+nc] into NR-column panels of G-element K groups:',
+        "    Bp[q, g, c, t] = B[p0 + g*G + t, j0 + q*NR + c]; zeros past nc columns and kc steps.",
+        "",
+        "    Full panels: per group of 4 rows, 4 row vectors of NR bytes interleaved by one",
+        "    shuffle into the panel's row of groups; the last partial panel and group by bytes.",
+        '    """',
+        "    Bf = B.reshape(-1)",
+        "    NB = B.shape[1]   # B's row stride",
+        "    full = kc // G",
+        "    for q in range((nc + NR - 1) // NR):",
+        "        j = j0 + q * NR",
+        "        w = min(NR, nc - q * NR)",
+        "        if w == NR:",
+        "            Bq = Bp[q].reshape(-1)",
+        "            for g in range(full):",
+        "                r = (p0 + g * G) * NB + j",
+        f"                lo = vconcat(vload(Bf, r, {nr}), vload(Bf, r + NB, {nr}))",
+        f"                hi = vconcat(vload(Bf, r + 2 * NB, {nr}), vload(Bf, r + 3 * NB, {nr}))",
+        f"                vstore(Bq, g * {4 * nr}, vinterleave4(vconcat(lo, hi)))",
+        "        else:",
+        "            for g in range(full):",
+        "                k = p0 + g * G",
+        "                for c in range(NR):",
+        "                    for t in range(G):",
+        "                        Bp[q, g, c, t] = B[k + t, j + c] if c < w else 0",
+        "        if full * G < kc:   # the last, partial group",
+        "            for c in range(NR):",
+        "                for t in range(G):",
+        "                    Bp[q, full, c, t] = B[p0 + full * G + t, j + c] if (c < w and full * G + t < kc) else 0",
+    ]
 
 
 def pack_b_all_source() -> list[str]:
@@ -285,18 +329,25 @@ def constants(w, c: dict, runtime: tuple[str, ...] = ()) -> list[str]:
     ] + tile_constants(w, c, runtime)[0]
 
 
-def imports(c: dict) -> list[str]:
+def imports(c: dict, vector_b: bool = False) -> list[str]:
+    """``vector_b``: the vector B packing's helpers too (``pack_b_source``'s ``vector_nr``)."""
+    more = ", vconcat, vinterleave4" if vector_b else ""
     return ["import numba",
             "import numpy as np",
             *(["from numba import prange"] if c["parallel"] != "none" else []),
             "from search_spaces.runtime.simd import vadd, vload, vload2, vsplat, vstore, vstore2",
-            f"from search_spaces.runtime.simd_int8 import vbroadcast_group, vdot_{c['dot']}"]
+            f"from search_spaces.runtime.simd_int8 import vbroadcast_group, vdot_{c['dot']}{more}"]
+
+
+def vector_b_packing(c: dict) -> bool:
+    """Whether B's full panels are packed by vectors: groups of 4 bytes (vnni, maddubs)."""
+    return OPERANDS[c["dot"]][0] == 4
 
 
 def engine_parts(c: dict, *, pack_a: list[str] | None = None, b_layout: str = "KN",
                  name: str = "kernel", runtime: tuple[str, ...] = (),
                  prologue: list[str] = (), b_packed: bool = False, tile_store=None,
-                 extra: tuple[str, ...] = ()) -> list[list[str]]:
+                 extra: tuple[str, ...] = (), vector_b: bool = False) -> list[list[str]]:
     """The functions of the engine (after ``constants``): aligned buffers, packing (``pack_a``
     replaces the A packing, e.g. an implicit im2col), micro-kernel and the blocked ``name``
     (taking the ``runtime`` tile knobs as arguments, set up by ``prologue``). ``b_packed``:
@@ -310,7 +361,8 @@ def engine_parts(c: dict, *, pack_a: list[str] | None = None, b_layout: str = "K
         raise ValueError("B packed ahead needs the cache blocks as module constants")
     return [empty_aligned_source("empty_a", a_pack),
             empty_aligned_source("empty_b", b_pack),
-            pack_a if pack_a is not None else pack_a_source(), pack_b_source(b_layout),
+            pack_a if pack_a is not None else pack_a_source(),
+            pack_b_source(b_layout, c["nr"] if vector_b else None),
             *([pack_b_all_source()] if b_packed else []),
             micro_kernel_source(c["mr"], c["nr"], lanes, group, c["dot"], c["unroll_k"],
                                 "KG" if "tile_k" not in runtime else None, tile_store, extra,
@@ -338,10 +390,11 @@ def generate(w, c: dict, version: int, template: str = "gemm_int8",
         f"K groups of {group} -> macro-kernel over MR x NR register tiles -> vdot_{c['dot']} micro-kernel.",
         *called,
         '"""',
-        *imports(c),
+        *imports(c, vector_b=vector_b_packing(c)),
         "",
         *constants(w, c, runtime),
     ]
     prologue = tile_constants(w, c, runtime)[1]
-    parts = [head] + engine_parts(c, runtime=runtime, prologue=prologue)
+    parts = [head] + engine_parts(c, runtime=runtime, prologue=prologue,
+                                  vector_b=vector_b_packing(c))
     return "\n\n\n".join("\n".join(p) for p in parts) + "\n"

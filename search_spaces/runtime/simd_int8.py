@@ -284,6 +284,20 @@ def _check_t4(arr, what: str):
 
 
 @intrinsic
+def vinterleave4(typingctx, v):
+    """v as 4 rows of v.lanes/4 elements -> lane 4c + r = row r's element c: four rows of B
+    interleaved into the K groups of 4 the dot-product instructions read (one shuffle;
+    ``vpermt2b`` with AVX512-VBMI)."""
+    if not isinstance(v, Vec) or v.lanes % 4:
+        raise TypingError(f"vinterleave4 needs a vector of 4 rows, got {v}")
+    mask = _transpose4_mask(v.lanes // 4, False)
+
+    def codegen(context, builder, sig, args):
+        return builder.shuffle_vector(args[0], args[0], ir.Constant(ir.VectorType(I32, v.lanes), mask))
+    return v(v), codegen
+
+
+@intrinsic
 def vstore_t4(typingctx, arr, i, stride, v):
     """v as 4 rows of v.lanes/4 bytes, stored transposed: column c's 4 bytes at i + c*stride."""
     _check_t4(arr, "vstore_t4")

@@ -51,7 +51,7 @@ def vector_registers(features: frozenset[str]) -> int:
 
 class GemmInt8Template(Template):
     name = "gemm_int8"
-    version = 2   # 2: knob pack_a (A read in place: each row's 4-byte groups broadcast from A)
+    version = 3   # 3: full B panels packed by vector shuffles (vnni, maddubs); 2: knob pack_a (A read in place)
     workload_kind = "gemm"
     dtypes = tuple(INT8_DTYPES)
     entry = "kernel"
