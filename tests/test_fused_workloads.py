@@ -278,3 +278,5 @@ def test_lrn_over_the_last_axis_by_shifted_rows(size, beta):
     src = t.codegen(w, t.default_config(w))
     assert "sq = np.zeros(" in src and ("**" in src) == (beta == 0.6)
     assert run_kernel(w, t, t.default_config(w)) is None
+    assert t.space(w, 2).knob("threads").values == (1, 2)   # rows split across threads
+    assert run_kernel(w, t, Config({"threads": 2})) is None

@@ -58,7 +58,7 @@ class FixedTemplate(Template):
     entry = "kernel"
 
     def space(self, workload, max_threads: int = 1) -> ConfigSpace:
-        planes = self._vector_planes(workload)
+        planes = self._vector_planes(workload) or self._lrn_rows(workload)
         if not planes:
             return ConfigSpace([Knob("threads", (1,), True, "scalar fixed kernels run on one thread")])
         return ConfigSpace([Knob("threads", tuple(range(1, min(max(1, max_threads), planes) + 1)), True,
@@ -89,6 +89,19 @@ class FixedTemplate(Template):
         if not pool_vector(op, attrs):
             return 0
         return xs[0] * xs[1] if len(xs) == 4 else 0
+
+    @staticmethod
+    def _lrn_rows(w) -> int:
+        """The rows of an LRN across the last axis (``_lrn_last_axis``, split across threads;
+        0 for any other kernel)."""
+        try:
+            op, attrs, _ = _main(w)
+        except InstantiationError:
+            return 0
+        xs = tuple(w.p["inputs"][0][0])
+        if op != "lrn" or attrs["axis"] % len(xs) != len(xs) - 1 or not w.dtype.startswith("float"):
+            return 0
+        return math.prod(xs[:-1])
 
     @staticmethod
     def _pool_quantize(w) -> bool:
@@ -133,6 +146,7 @@ class FixedTemplate(Template):
         if not w.dtype.startswith("float") and not int_pool and convert is None:
             raise InstantiationError(f"{op} on {w.dtype} is not generated (NumPy runs it)")
         shape = tuple(w.out_shape)
+        self._threads = threads
         self._float = in_dtype.startswith("float")
         self._lowest = ("LOWEST" if not self._float else "DTYPE(-np.inf)" if in_dtype == w.dtype
                         else f"{DTYPE_SRC[in_dtype]}(-np.inf)")
@@ -146,6 +160,8 @@ class FixedTemplate(Template):
         pool8 = self._pool8(w)
         vector = (self._vector_planes(w) > 0
                   or not epilogue and op == "lrn" and w.dtype == in_dtype and lrn_vector(attrs, x_shape))
+        if threads > 1 and not (pool8 or vector):
+            imports.append("from numba import prange")
         if pool8 or vector:
             # Outputs as vectors (search_spaces.templates.fixed_vector); the kernel stores them itself.
             ops = "vmax" if pool8 else "vdiv, vmax, vmul"
@@ -281,26 +297,32 @@ class FixedTemplate(Template):
         return lines
 
     @staticmethod
-    def _lrn_last_axis(a, outer: int, L: int, size: int, lo: int) -> list[str]:
+    def _lrn_last_axis(a, outer: int, L: int, size: int, lo: int, threads: int = 1) -> list[str]:
         """LRN across a contiguous axis (NHWC channels): per row, the squares into a
         zero-bordered row, the window sums as ``size`` shifted reads (loops that vectorize),
         the power by square roots where beta is 0.5, 0.75 or 1 (the NCHW scalar form took
-        9.6 ms for Inception v1's 56 x 56 x 192 LRN: a window loop and a ``pow`` per value)."""
+        9.6 ms for Inception v1's 56 x 56 x 192 LRN: a window loop and a ``pow`` per value).
+        The rows split into ``threads`` ranges, each with its own row of squares (ZFNet-512's
+        first LRN at 2 threads: 3.5 ms on one thread, where the NCHW vector form split its
+        planes)."""
         beta = float(a["beta"])
         power = {0.5: "np.sqrt(d)", 0.75: "np.sqrt(d) * np.sqrt(np.sqrt(d))", 1.0: "d"}.get(
             beta, f"d ** {beta!r}")
         window = " + ".join(f"sq[t + {j}]" for j in range(size))
         return ["Xf = X.reshape(-1)",
-                f"sq = np.zeros({L + size}, DTYPE)   # squares of one row, zero past its ends",
-                f"for o in range({outer}):",
-                f"    base = o * {L}",
-                f"    for t in range({L}):",
-                "        xv = Xf[base + t]",
-                f"        sq[t + {lo}] = xv * xv",
-                f"    for t in range({L}):",
-                f"        d = DTYPE({a['bias']!r}) + DTYPE({a['alpha'] / size!r}) * ({window})",
-                "        f = base + t",
-                f"        v = DTYPE(Xf[f] / ({power}))"]
+                f"THREADS = {threads}",
+                f"per = ({outer} + THREADS - 1) // THREADS   # rows per thread",
+                f"for th in {'prange' if threads > 1 else 'range'}(THREADS):",
+                f"    sq = np.zeros({L + size}, DTYPE)   # squares of one row, zero past its ends",
+                f"    for o in range(th * per, min({outer}, (th + 1) * per)):",
+                f"        base = o * {L}",
+                f"        for t in range({L}):",
+                "            xv = Xf[base + t]",
+                f"            sq[t + {lo}] = xv * xv",
+                f"        for t in range({L}):",
+                f"            d = DTYPE({a['bias']!r}) + DTYPE({a['alpha'] / size!r}) * ({window})",
+                "            f = base + t",
+                f"            v = DTYPE(Xf[f] / ({power}))"]
 
     def _max_pool2d(self, a, xs, os):
         return self._pool(a, xs, os, "max")
@@ -362,7 +384,7 @@ class FixedTemplate(Template):
         size = a["size"]
         lo, hi = (size - 1) // 2, math.ceil((size - 1) / 2)
         if inner == 1:
-            return self._lrn_last_axis(a, outer, L, size, lo)
+            return self._lrn_last_axis(a, outer, L, size, lo, self._threads)
         return ["Xf = X.reshape(-1)",
                 f"for o in range({outer}):",
                 f"    for i in range({inner}):",
