@@ -269,14 +269,16 @@ def test_nhwc_global_average_pool_sums_rows_of_channels():
 @pytest.mark.parametrize("size,beta", [(5, 0.75), (4, 0.5), (3, 1.0), (5, 0.6)])
 def test_lrn_over_the_last_axis_by_shifted_rows(size, beta):
     """LRN across the contiguous last axis (NHWC channels, 11 of them: windows clipped at
-    both ends of every row): squares into a zero-bordered row, window sums as shifted reads,
-    powers by square roots (pow for other betas); against the reference."""
+    both ends of every row): squares into a zero-bordered row, window sums as shifted vector
+    reads, powers by square roots (the scalar form with pow for other betas), rows split
+    across 2 threads; against the reference."""
     b = GraphBuilder("g")
     y = b.op("lrn", b.input("x", (1, 7, 9, 11)), size=size, alpha=0.3, beta=beta, bias=1.5, axis=3)
     (w,) = [workload_for_group(n) for n in fused_groups(optimize(b.build(y), opt_level=2))]
     t = get_template("fixed")
     src = t.codegen(w, t.default_config(w))
     assert "sq = np.zeros(" in src and ("**" in src) == (beta == 0.6)
+    assert ("vload(sq, t + 0, VEC)" in src) == (beta != 0.6)   # vectors of channels
     assert run_kernel(w, t, t.default_config(w)) is None
     assert t.space(w, 2).knob("threads").values == (1, 2)   # rows split across threads
     assert run_kernel(w, t, Config({"threads": 2})) is None

@@ -16,7 +16,8 @@ import math
 
 from search_spaces.epilogue import DTYPE_SRC, Epilogue
 from search_spaces import isa
-from search_spaces.templates.fixed_vector import (VEC_NAMES, lrn_vector, lrn_vector_source,
+from search_spaces.templates.fixed_vector import (VEC_NAMES, lrn_last_axis_vector_source,
+                                                  lrn_vector, lrn_vector_source,
                                                   max_pool_vector, pool8_nchw_vector,
                                                   pool_nchw_vector, pool_nhwc_vector,
                                                   pool_nhwc_vector_applies, pool_vector)
@@ -183,6 +184,8 @@ class FixedTemplate(Template):
                 lines += pool_nhwc_vector(op, attrs, x_shape, shape, vec, threads)
             elif op in POOLS:
                 lines += pool_nchw_vector(op, attrs, x_shape, shape, vec, threads, quant)
+            elif attrs["axis"] % len(x_shape) == len(x_shape) - 1:
+                lines += lrn_last_axis_vector_source(attrs, x_shape, vec, threads)
             else:
                 lines += lrn_vector_source(attrs, x_shape, vec)
         else:

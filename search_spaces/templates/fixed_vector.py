@@ -265,7 +265,43 @@ LRN_POWERS = {0.5: "vsqrt(d)", 0.75: "vmul(vsqrt(d), vsqrt(vsqrt(d)))", 1.0: "d"
 
 
 def lrn_vector(a: dict, xs: tuple) -> bool:
-    return float(a["beta"]) in LRN_POWERS and len(xs) >= 2 and a["axis"] % len(xs) == 1
+    """The vector LRN applies: beta 0.5, 0.75 or 1, across axis 1 (NCHW channels) or across
+    the last axis (NHWC channels)."""
+    return float(a["beta"]) in LRN_POWERS and len(xs) >= 2 and a["axis"] % len(xs) in (1, len(xs) - 1)
+
+
+def lrn_last_axis_vector_source(a: dict, xs: tuple, vec: int, threads: int = 1) -> list[str]:
+    """LRN across the contiguous last axis (NHWC channels), VEC channels at a time, the rows
+    split across ``threads`` (each with its own row of squares): per row the squares into a
+    zero-bordered row (``lo`` zeros before, ``size + VEC`` after, so every window read is a
+    whole vector), then per VEC channels the window's sum as ``size`` shifted loads, one FMA
+    for bias + alpha/size * sum, the power by square roots and one division. The scalar form
+    (``FixedTemplate._lrn_last_axis``, kept for epilogues and other betas) took 3.8 ms for
+    ZFNet-512's first LRN (110 x 110 x 96) at 1 thread against 0.84 ms for the NCHW vector
+    form."""
+    outer, L = math.prod(xs[:-1]), xs[-1]
+    size = a["size"]
+    lo = (size - 1) // 2
+    window = "vadd(" * (size - 1) + "vload(sq, t + 0, VEC)" + "".join(
+        f", vload(sq, t + {j}, VEC))" for j in range(1, size))
+    return [
+        f"VEC, THREADS = {vec}, {threads}",
+        "Xf = X.reshape(-1)",
+        f"scale = vsplat(DTYPE({a['alpha'] / size!r}), VEC)",
+        f"bias = vsplat(DTYPE({a['bias']!r}), VEC)",
+        f"per = ({outer} + THREADS - 1) // THREADS   # rows per thread",
+        f"for th in {'prange' if threads > 1 else 'range'}(THREADS):",
+        f"    sq = np.zeros({L + size + vec}, DTYPE)   # squares of one row, zero past its ends",
+        f"    for o in range(th * per, min({outer}, (th + 1) * per)):",
+        f"        base = o * {L}",
+        f"        for t in range(0, {L}, VEC):",
+        f"            x = vload_n(Xf, base + t, {L} - t, VEC)",
+        f"            vstore_n(sq, t + {lo}, vmul(x, x), {L} - t)",
+        f"        for t in range(0, {L}, VEC):",
+        f"            cnt = min(VEC, {L} - t)",
+        f"            d = vfma({window}, scale, bias)",
+        f"            vstore_n(Cf, base + t, vdiv(vload_n(Xf, base + t, cnt, VEC), {LRN_POWERS[float(a['beta'])]}), cnt)",
+    ]
 
 
 def lrn_vector_source(a: dict, xs: tuple, vec: int) -> list[str]:
