@@ -367,6 +367,8 @@ def test_nhwc_window_conv_every_geometry(k, s, pad, dil, batch):
     src = t.codegen(w, d)
     assert "def pack_a" not in src and "def prepare(" in src and "def kernel_prepared(" in src
     assert ("Xp = pad_image(X, geo)" in src) == (pad > 0)
+    # a pointwise conv (1 x 1, stride 1, no padding) reads pixel q's row q: no division per tile
+    assert ("q0 // (OH * OW)" in src) == ((k, s, pad) != (1, 1, 0))
     assert check(w, d) is None                # the entry: prepare + kernel_prepared per call
     assert prepared_check(w, d) is None       # what a build binds
     sp = t.space(w, 2)
@@ -377,6 +379,18 @@ def test_nhwc_window_conv_every_geometry(k, s, pad, dil, batch):
     assert prepared_check(w, blocked) is None
     packed = d.replace(pack_a=True)           # implicit im2col, packed per call
     assert sp.is_valid(packed) and prepared_check(w, packed) is None
+
+
+def test_nhwc_pointwise_conv_with_k_blocks():
+    """The pointwise form over K blocks (40 channels in blocks of 16: 16, 16, 8), two images
+    and a partial last pixel tile (2 x 5 x 6 pixels, 4-pixel tiles), 1 and 2 threads."""
+    t = get_template("conv2d")
+    w = conv_workload(40, 5, 20, 1, 1, 3, pad=0, batch=2)
+    d = t.default_config(w, 2)
+    for cfg in (d.replace(tile_k=16, mr=4), d.replace(tile_k=16, mr=4, tile_m=16, parallel="m", threads=2)):
+        assert t.space(w, 2).is_valid(cfg), t.space(w, 2).violation(cfg)
+        assert "min(q0 + 3, M - 1) * CI + p0" in t.codegen(w, cfg)
+        assert prepared_check(w, cfg) is None
 
 
 def test_nhwc_window_with_weights_in_place_needs_whole_panels():

@@ -234,6 +234,10 @@ def window_micro_source(mr: int, nr: int, vec: int, b_src: str, dims: Dims) -> l
              f'    """T = window rows of pixels q0..q0+{mr - 1} @ B tile ({nr} columns) over K steps p0..p0+kc,',
              f"    in {mr * nv} vector registers of {vec} lanes; B(p, c) = BB[b + (p - p0)*{b_ps} + c]."
              '"""']
+    v = dims.values
+    if (v.get("KW") == 1 and v.get("K") == v.get("CI") and v.get("SH") == v.get("SW") == 1
+            and v.get("HP") == v.get("OH") and v.get("WP") == v.get("OW")):
+        return lines + indent(_pointwise_body(mr, nv, vec, b_ps, acc))
     # pixel and window position advanced by counters: no division per row or segment
     # (runtime divisors cost ~10% of a 3x3 layer's tile at K = 576)
     body = ["img = q0 // (OH * OW)",
@@ -289,6 +293,27 @@ def window_micro_source(mr: int, nr: int, vec: int, b_src: str, dims: Dims) -> l
     for r in range(mr):
         body += [f"vstore(T, {r * nr + v * vec}, {acc[r][v]})" for v in range(nv)]
     return lines + indent(body)
+
+
+def _pointwise_body(mr: int, nv: int, vec: int, b_ps: str, acc) -> list[str]:
+    """The window micro-kernel's body for a pointwise conv (1 x 1, stride 1, no padding):
+    pixel q's row is the image's row q, the K block one contiguous segment, so no division
+    and no segment loop per tile. ResNet-50's 1 x 1 layers, AMD Zen 5, 1 thread, paired:
+    56 x 56 x 64 -> 256 0.612 -> 0.518 ms, with the residual add 0.646 -> 0.610 ms (K = 128
+    and 256: unchanged)."""
+    body = [f"o_{r} = a_base + min(q0 + {r}, M - 1) * CI + p0"
+            + ("   # past the end: the last pixel again" if r else "") for r in range(mr)]
+    for r in range(mr):
+        body.append(" = ".join(acc[r]) + f" = vsplat(ZERO, {vec})")
+    step = register_tile_step(
+        mr, nv, [],
+        lambda v: f"vload(BB, pb + {v * vec}, {vec})",
+        lambda r: f"vbroadcast(AA, o_{r} + p, {vec})",
+        lambda r, v: f"{acc[r][v]} = vfma(a_{r}, b_{v}, {acc[r][v]})")
+    body += ["pb = b", "for p in range(kc):"] + indent(step + [f"pb += {b_ps}"], 4)
+    for r in range(mr):
+        body += [f"vstore(T, {r * nv * vec + v * vec}, {acc[r][v]})" for v in range(nv)]
+    return body
 
 
 def prepack_source() -> list[str]:
