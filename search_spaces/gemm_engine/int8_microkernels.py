@@ -94,27 +94,41 @@ def pack_b_source(b_layout: str = "KN", vector_nr: int | None = None) -> list[st
     (``vinterleave4``) and stored as one panel row of groups. AMD Zen 5, 1024 x 1024 int8, NR
     = 64: 0.046 ms against 0.28-0.31 ms for the byte loops (which LLVM left scalar), a
     twelfth of the 1024^3 GEMM's time."""
+    doc = ["    Written in Bp's order, G rows of B at a time (3x faster than row by row, which",
+           "    scatters every byte G bytes apart); full panels without a bounds test."]
+    head: list[str] = []
+    full_panel = ["            for g in range(full):",
+                  "                k = p0 + g * G",
+                  "                for c in range(NR):",
+                  "                    for t in range(G):",
+                  "                        Bp[q, g, c, t] = B[k + t, j + c]"]
     if vector_nr is not None and b_layout == "KN":
-        return _pack_b_vector_source(vector_nr)
+        nr = vector_nr
+        doc = ["    Full panels: per group of 4 rows, 4 row vectors of NR bytes interleaved by one",
+               "    shuffle into the panel's row of groups; the last partial panel and group by bytes."]
+        head = ["    Bf = B.reshape(-1)", "    NB = B.shape[1]   # B's row stride"]
+        full_panel = [
+            "            Bq = Bp[q].reshape(-1)",
+            "            for g in range(full):",
+            "                r = (p0 + g * G) * NB + j",
+            f"                lo = vconcat(vload(Bf, r, {nr}), vload(Bf, r + NB, {nr}))",
+            f"                hi = vconcat(vload(Bf, r + 2 * NB, {nr}), vload(Bf, r + 3 * NB, {nr}))",
+            f"                vstore(Bq, g * {4 * nr}, vinterleave4(vconcat(lo, hi)))"]
     lines = [
         "@numba.njit(cache=True)",
         "def pack_b(B, p0, j0, kc, nc, Bp):",
         '    """B[p0:p0+kc, j0:j0+nc] into NR-column panels of G-element K groups:',
         "    Bp[q, g, c, t] = B[p0 + g*G + t, j0 + q*NR + c]; zeros past nc columns and kc steps.",
         "",
-        "    Written in Bp's order, G rows of B at a time (3x faster than row by row, which",
-        "    scatters every byte G bytes apart); full panels without a bounds test.",
+        *doc,
         '    """',
+        *head,
         "    full = kc // G",
         "    for q in range((nc + NR - 1) // NR):",
         "        j = j0 + q * NR",
         "        w = min(NR, nc - q * NR)",
         "        if w == NR:",
-        "            for g in range(full):",
-        "                k = p0 + g * G",
-        "                for c in range(NR):",
-        "                    for t in range(G):",
-        "                        Bp[q, g, c, t] = B[k + t, j + c]",
+        *full_panel,
         "        else:",
         "            for g in range(full):",
         "                k = p0 + g * G",
@@ -134,43 +148,6 @@ def pack_b_source(b_layout: str = "KN", vector_nr: int | None = None) -> list[st
                           "Bp[q, g, c, t] = B[j0 + q*NR + c, p0 + g*G + t]")
                  for ln in lines]
     return lines
-
-
-def _pack_b_vector_source(nr: int) -> list[str]:
-    """``pack_b`` with vector full panels (``pack_b_source``'s ``vector_nr``)."""
-    return [
-        "@numba.njit(cache=True)",
-        "def pack_b(B, p0, j0, kc, nc, Bp):",
-        '    """B[p0:p0+kc, j0:j0+nc] into NR-column panels of G-element K groups:',
-        "    Bp[q, g, c, t] = B[p0 + g*G + t, j0 + q*NR + c]; zeros past nc columns and kc steps.",
-        "",
-        "    Full panels: per group of 4 rows, 4 row vectors of NR bytes interleaved by one",
-        "    shuffle into the panel's row of groups; the last partial panel and group by bytes.",
-        '    """',
-        "    Bf = B.reshape(-1)",
-        "    NB = B.shape[1]   # B's row stride",
-        "    full = kc // G",
-        "    for q in range((nc + NR - 1) // NR):",
-        "        j = j0 + q * NR",
-        "        w = min(NR, nc - q * NR)",
-        "        if w == NR:",
-        "            Bq = Bp[q].reshape(-1)",
-        "            for g in range(full):",
-        "                r = (p0 + g * G) * NB + j",
-        f"                lo = vconcat(vload(Bf, r, {nr}), vload(Bf, r + NB, {nr}))",
-        f"                hi = vconcat(vload(Bf, r + 2 * NB, {nr}), vload(Bf, r + 3 * NB, {nr}))",
-        f"                vstore(Bq, g * {4 * nr}, vinterleave4(vconcat(lo, hi)))",
-        "        else:",
-        "            for g in range(full):",
-        "                k = p0 + g * G",
-        "                for c in range(NR):",
-        "                    for t in range(G):",
-        "                        Bp[q, g, c, t] = B[k + t, j + c] if c < w else 0",
-        "        if full * G < kc:   # the last, partial group",
-        "            for c in range(NR):",
-        "                for t in range(G):",
-        "                    Bp[q, full, c, t] = B[p0 + full * G + t, j + c] if (c < w and full * G + t < kc) else 0",
-    ]
 
 
 def pack_b_all_source() -> list[str]:
