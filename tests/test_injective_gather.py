@@ -180,3 +180,23 @@ def test_nhwc_channel_concat_is_rows_of_segments(threads):
     cfg = Config({"formulation": "gather", "threads": threads})
     assert ("prange(3840)" in t.codegen(w, cfg)) == (threads == 2)
     assert check(w, cfg) is None
+
+
+def test_plain_copies_run_as_vectors():
+    """With no elementwise chain, each segment's contiguous innermost run is copied as vectors
+    (the last one masked: 5 and 3 channels), an NHWC concat's rows split across the threads by
+    default; a channel shuffle's planes too. Exact against the reference at 1 and 2 threads."""
+    def concat(b):
+        xs = [b.input(n, (1, 9, 8 * 64, c)) for n, c in (("a", 21), ("c", 5), ("d", 3))]
+        return b.op("concatenate", *xs, axis=3)
+    t = get_template("injective")
+    for build, rows in ((concat, True), (shuffle(1, 12, 5, 6, 3), False)):
+        w = group_of(build)
+        assert (gather_plan(w)["rows"] is not None) == rows
+        d = t.default_config(w, 2)
+        assert d["formulation"] == "gather" and d["threads"] == (2 if rows else 1)
+        for threads in (1, 2):
+            cfg = Config({"formulation": "gather", "threads": threads})
+            src = t.codegen(w, cfg)
+            assert "vstore_n(Cf, o + jv, vload_n(" in src
+            assert check(w, cfg) is None, (build, threads)

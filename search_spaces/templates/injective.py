@@ -22,7 +22,8 @@ import json
 import math
 
 from search_spaces.epilogue import DTYPE_SRC, ELEMENTWISE_OPS, effective_shape, scalar_op
-from search_spaces.templates.injective_gather import gather_ok, gather_source, parallel_segments
+from search_spaces.templates.injective_gather import (gather_ok, gather_plan, gather_source,
+                                                      parallel_segments, vector_copies)
 from search_spaces.space import Config, ConfigSpace, Constraint, Knob
 from search_spaces.template import Template
 from workloads.errors import InstantiationError
@@ -139,7 +140,8 @@ PARALLEL_MIN_ELEMENTS = 1 << 15
 
 class InjectiveTemplate(Template):
     name = "injective"
-    version = 4   # 4: gather over rows of a repeating pattern (NHWC channel concatenations)
+    version = 4   # 4: gather over rows of a repeating pattern (NHWC channel concatenations),
+    #                  contiguous runs of plain copies as vectors
     workload_kind = "injective"
     entry = "kernel"
 
@@ -162,7 +164,11 @@ class InjectiveTemplate(Template):
     def default_config(self, workload, max_threads: int = 1) -> Config:
         form = self.space(workload).knob("formulation").values[0]
         big = math.prod(workload.out_shape) >= PARALLEL_MIN_ELEMENTS
-        threads = max(1, max_threads) if form == "loops" and big else 1
+        # rows of vector copies (an NHWC channel concat) split well: SqueezeNet's 54 x 54 x
+        # 128, standalone, 0.035 ms on 1 thread, 0.022 ms on 2
+        rows = (form == "gather" and gather_plan(workload)["rows"] is not None
+                and all(vector_copies(workload, max(1, max_threads))))
+        threads = max(1, max_threads) if (form == "loops" or rows) and big else 1
         return Config({"formulation": form, "threads": threads})
 
     def codegen(self, workload, config: Config) -> str:
@@ -197,6 +203,9 @@ class InjectiveTemplate(Template):
             kern = [jit, f"def kernel({sig}):",
                     '    """Copy loops over the index map, one loop nest per output segment."""']
             kern += ["    " + ln for ln in gather_source(w, c["threads"])]
+            if any(vector_copies(w, c["threads"])):
+                head.insert(head.index("from numba import prange") + 1,
+                            "from search_spaces.runtime.simd import vload_n, vstore_n")
             return "\n".join(head) + "\n\n\n" + "\n".join(kern) + "\n"
         sig += "".join(f", {name}" for name in self.runtime_arg_names(w, config))
         return "\n".join(head) + "\n\n\n" + "\n".join(self._loops(w, body, ops, c, sig)) + "\n"

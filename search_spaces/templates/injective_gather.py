@@ -198,11 +198,28 @@ def parallel_segments(w, threads: int) -> list[bool]:
             for _, _, _, dims in plan["segments"]]
 
 
+def vector_copies(w, threads: int) -> list[bool]:
+    """Which segments copy their innermost run as vectors (``vload_n``/``vstore_n``): float32
+    moved data with no elementwise chain, the run contiguous in the parameter too (stride 1),
+    and not the whole segment's parallel loop. SqueezeNet's NHWC concat (55 x 55 rows of 64 +
+    64 channels), standalone, 1 thread: 0.033 ms against 0.063 for the scalar loop (2 threads,
+    rows in parallel: 0.020 against 0.063)."""
+    plan = gather_plan(w)
+    par = parallel_segments(w, threads) if plan["rows"] is None else [False] * len(plan["segments"])
+    return [w.dtype == "float32" and not plan["chain"] and dims[0][1] == 1
+            and not (p and len(dims) == 1)
+            for (_, _, _, dims), p in zip(plan["segments"], par)]
+
+
 def gather_source(w, threads: int) -> list[str]:
     """The kernel's body lines (after the ``def``): one loop nest per segment."""
     plan = gather_plan(w)
     nparams = len(w.input_specs())
     lines = [f"e{k} = p{k}.reshape(-1)" for k in range(nparams)] + ["Cf = out.reshape(-1)"]
+    vectors = vector_copies(w, threads)
+    if any(vectors):
+        from search_spaces import isa
+        lines.append(f"VEC = {isa.current().lanes(w.dtype)}")
     segments, par_segments = plan["segments"], parallel_segments(w, threads)
     row = ""
     steps = [0] * len(segments)
@@ -211,7 +228,7 @@ def gather_source(w, threads: int) -> list[str]:
         lines.append(f"# {R} rows of {period} elements, each the segments below")
         lines.append(f"for r in {'prange' if par_segments[0] else 'range'}({R}):")
         row, par_segments = "    ", [False] * len(segments)
-    for (k, start, base, dims), par, step in zip(segments, par_segments, steps):
+    for (k, start, base, dims), par, step, vector in zip(segments, par_segments, steps, vectors):
         outer = list(reversed(dims))   # outermost first
         lines.append(f"{row}# output [{start}, {start + int(np.prod([e for e, _ in dims]))}) from p{k}: "
                      + " x ".join(f"{e} (stride {s})" for e, s in outer)
@@ -222,7 +239,7 @@ def gather_source(w, threads: int) -> list[str]:
             o_terms.append(f"r * {period}")
             i_terms.append(f"r * {step}")
         ostride = int(np.prod([e for e, _ in dims]))
-        for d, (e, s) in enumerate(outer):
+        for d, (e, s) in enumerate(outer[:-1] if vector else outer):
             ostride //= e
             rng = f"prange({e})" if d == 0 and par else f"range({e})"
             lines.append(f"{ind}for j{d} in {rng}:")
@@ -230,6 +247,13 @@ def gather_source(w, threads: int) -> list[str]:
             o_terms.append(f"j{d} * {ostride}" if ostride != 1 else f"j{d}")
             if s:
                 i_terms.append(f"j{d} * {s}" if s != 1 else f"j{d}")
+        if vector:   # the innermost run, contiguous on both sides: vectors, the last one masked
+            e = outer[-1][0]
+            lines += [f"{ind}o = {' + '.join(o_terms)}",
+                      f"{ind}i = {' + '.join(i_terms)}",
+                      f"{ind}for jv in range(0, {e}, VEC):",
+                      f"{ind}    vstore_n(Cf, o + jv, vload_n(e{k}, i + jv, {e} - jv, VEC), {e} - jv)"]
+            continue
         lines.append(f"{ind}o = {' + '.join(o_terms)}")
         lines.append(f"{ind}v = e{k}[{' + '.join(i_terms)}]")
         for n, at, others in plan["chain"]:
