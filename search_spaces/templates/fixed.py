@@ -20,7 +20,8 @@ from search_spaces.templates.fixed_vector import (VEC_NAMES, lrn_last_axis_vecto
                                                   lrn_vector, lrn_vector_source,
                                                   max_pool_vector, pool8_nchw_vector,
                                                   pool_nchw_vector, pool_nhwc_vector,
-                                                  pool_nhwc_vector_applies, pool_vector)
+                                                  pool_nhwc_vector_applies, pool_vector,
+                                                  split_loop, window_count)
 from search_spaces.space import Config, ConfigSpace, Knob
 from search_spaces.template import Template
 from workloads.errors import InstantiationError
@@ -161,15 +162,13 @@ class FixedTemplate(Template):
         pool8 = self._pool8(w)
         vector = (self._vector_planes(w) > 0
                   or not epilogue and op == "lrn" and w.dtype == in_dtype and lrn_vector(attrs, x_shape))
-        if threads > 1 and not (pool8 or vector):
-            imports.append("from numba import prange")
         if pool8 or vector:
             # Outputs as vectors (search_spaces.templates.fixed_vector); the kernel stores them itself.
             ops = "vmax" if pool8 else "vdiv, vmax, vmul"
             imports += [f"from search_spaces.runtime.simd import {', '.join(VEC_NAMES)}",
                         f"from search_spaces.runtime.vector_ops import {ops}"]
-            if threads > 1:
-                imports.append("from numba import prange")
+        if threads > 1:
+            imports.append("from numba import prange")
         if pool8:
             # 8-bit max pooling: vector_bits / 8 lanes (32 on AVX2), whole-vector loads and stores
             deq = _convert_expr(convert, "T[i]") if convert is not None else None
@@ -224,17 +223,6 @@ class FixedTemplate(Template):
         return [f"{ind}h0 = oh * {sh} - {pt}", f"{ind}w0 = ow * {sw} - {pl}",
                 f"{ind}h1 = min(h0 + {kh}, {x['H']})", f"{ind}w1 = min(w0 + {kw}, {x['W']})"]
 
-    @staticmethod
-    def _average_count(a: dict, x: dict) -> str:
-        """An average pool's divisor for the window of ``_window`` (at least 1): every tap
-        inside the padded image (``count_include_pad``) or the taps inside the image."""
-        (kh, kw), (_, _, pb, pr) = a["pool_size"], a["padding"]
-        if a["count_include_pad"]:
-            cnt = f"(min(h0 + {kh}, {x['H'] + pb}) - h0) * (min(w0 + {kw}, {x['W'] + pr}) - w0)"
-        else:
-            cnt = "(h1 - max(h0, 0)) * (w1 - max(w0, 0))"
-        return f"max({cnt}, 1)"
-
     def _pool(self, a: dict, xs: tuple, os: tuple, kind: str) -> list[str]:
         lay = a["layout"]
         if lay == "NHWC":
@@ -264,7 +252,7 @@ class FixedTemplate(Template):
                       f"{ind}for ih in range(max(h0, 0), h1):",
                       f"{ind}    for iw in range(max(w0, 0), w1):",
                       f"{ind}        s += Xf[{xflat}]",
-                      f"{ind}v = DTYPE(s / {self._average_count(a, x)})"]
+                      f"{ind}v = DTYPE(s / {window_count(a, x['H'], x['W'])})"]
         lines.append(f"{ind}f = {oflat}")
         return ["Xf = X.reshape(-1)"] + lines
 
@@ -285,7 +273,7 @@ class FixedTemplate(Template):
         ind = " " * 12
         lines += self._window(a, x, ind)
         if kind != "max":
-            lines.append(f"{ind}cnt = {self._average_count(a, x)}")
+            lines.append(f"{ind}cnt = {window_count(a, x['H'], x['W'])}")
         lines += [f"{ind}fb = ((n * {o['H']} + oh) * {o['W']} + ow) * {C}",
                   f"{ind}for c in range({C}):",
                   f"{ind}    v = {self._lowest}" if kind == "max" else f"{ind}    s = 0.0",
@@ -312,12 +300,8 @@ class FixedTemplate(Template):
         power = {0.5: "np.sqrt(d)", 0.75: "np.sqrt(d) * np.sqrt(np.sqrt(d))", 1.0: "d"}.get(
             beta, f"d ** {beta!r}")
         window = " + ".join(f"sq[t + {j}]" for j in range(size))
-        return ["Xf = X.reshape(-1)",
-                f"THREADS = {threads}",
-                f"per = ({outer} + THREADS - 1) // THREADS   # rows per thread",
-                f"for th in {'prange' if threads > 1 else 'range'}(THREADS):",
-                f"    sq = np.zeros({L + size}, DTYPE)   # squares of one row, zero past its ends",
-                f"    for o in range(th * per, min({outer}, (th + 1) * per)):",
+        scratch = [f"sq = np.zeros({L + size}, DTYPE)   # squares of one row, zero past its ends"]
+        return ["Xf = X.reshape(-1)"] + split_loop(threads, scratch, str(outer), "o", "th") + [
                 f"        base = o * {L}",
                 f"        for t in range({L}):",
                 "            xv = Xf[base + t]",

@@ -62,7 +62,7 @@ def pool_nhwc_vector(op: str, a: dict, xs: tuple, os: tuple, vec: int, threads: 
     n_, h, w, c_ = xs
     oh_, ow_ = os[1], os[2]
     (kh, kw), (sh, sw) = a["pool_size"], a["strides"]
-    pt, pl, pb, pr = a["padding"]
+    pt, pl = a["padding"][:2]
     is_max = op == "max_pool2d"
     fill, combine = ("-np.inf", "vmax") if is_max else ("0", "vadd")
     lines = [f"VEC = {vec}", "Xf = X.reshape(-1)",
@@ -75,11 +75,7 @@ def pool_nhwc_vector(op: str, a: dict, xs: tuple, os: tuple, vec: int, threads: 
              f"        w0 = ow * {sw} - {pl}",
              f"        wa, w1 = max(w0, 0), min(w0 + {kw}, {w})"]
     if not is_max:
-        if a["count_include_pad"]:
-            cnt = f"(min(h0 + {kh}, {h + pb}) - h0) * (min(w0 + {kw}, {w + pr}) - w0)"
-        else:
-            cnt = "(h1 - ha) * (w1 - wa)"
-        lines.append(f"        div = vsplat(DTYPE(max({cnt}, 1)), VEC)")
+        lines.append(f"        div = vsplat(DTYPE({window_count(a, h, w)}), VEC)")
     lines += [f"        ob = (r * {ow_} + ow) * {c_}",
               f"        for c0 in range(0, {c_}, VEC):",
               f"            m = min(VEC, {c_} - c0)",
@@ -87,21 +83,35 @@ def pool_nhwc_vector(op: str, a: dict, xs: tuple, os: tuple, vec: int, threads: 
               "            for ih in range(ha, h1):",
               "                for iw in range(wa, w1):",
               f"                    x = vload_n(Xf, ((n * {h} + ih) * {w} + iw) * {c_} + c0, m, VEC)",
-              f"                    acc = {'vmax(x, acc)' if is_max else 'vadd(acc, x)'}"]
+              f"                    acc = {combine}(x, acc)"]
     if not is_max:
         lines.append("            acc = vdiv(acc, div)")
     lines.append("            vstore_n(Cf, ob + c0, acc, m)")
     return lines
 
 
-def _plane_loop(threads: int, scratch: list[str]) -> list[str]:
-    """The loop over (n, c) planes, split into ``threads`` contiguous ranges (``prange``);
-    ``scratch`` lines allocate each range's private buffers."""
+def split_loop(threads: int, scratch: list[str], total: str = "NC", var: str = "nc",
+               thread: str = "t") -> list[str]:
+    """The loop ``for var in range(total)`` (default: the (n, c) planes), split into
+    ``threads`` contiguous ranges (``prange`` over ``thread``); ``scratch`` lines allocate
+    each range's private buffers. The body goes 8 spaces in."""
     return [f"THREADS = {threads}",
-            "per = (NC + THREADS - 1) // THREADS",
-            f"for t in {'prange' if threads > 1 else 'range'}(THREADS):",
+            f"per = ({total} + THREADS - 1) // THREADS",
+            f"for {thread} in {'prange' if threads > 1 else 'range'}(THREADS):",
             *("    " + ln for ln in scratch),
-            "    for nc in range(t * per, min(NC, (t + 1) * per)):"]
+            f"    for {var} in range({thread} * per, min({total}, ({thread} + 1) * per)):"]
+
+
+def window_count(a: dict, h: int, w: int) -> str:
+    """An average pool's divisor for output pixel (oh, ow) whose window starts at (h0, w0)
+    (negative: padding), at least 1: every tap inside the padded image
+    (``count_include_pad``) or the taps inside the h x w image."""
+    (kh, kw), (_, _, pb, pr) = a["pool_size"], a["padding"]
+    if a["count_include_pad"]:
+        cnt = f"(min(h0 + {kh}, {h + pb}) - h0) * (min(w0 + {kw}, {w + pr}) - w0)"
+    else:
+        cnt = f"(min(h0 + {kh}, {h}) - max(h0, 0)) * (min(w0 + {kw}, {w}) - max(w0, 0))"
+    return f"max({cnt}, 1)"
 
 
 def _whole_plane(op: str, a: dict, xs: tuple, os: tuple) -> bool:
@@ -132,7 +142,7 @@ def pool_nchw_vector(op: str, a: dict, xs: tuple, os: tuple, vec: int, threads: 
     if _whole_plane(op, a, xs, os):
         hw = h * w
         return [f"VEC, NC, HW = {vec}, {n_ * c_}, {hw}",
-                "Xf = X.reshape(-1)"] + _plane_loop(threads, ["T = np.empty(VEC, DTYPE)"]) + [
+                "Xf = X.reshape(-1)"] + split_loop(threads, ["T = np.empty(VEC, DTYPE)"]) + [
             "        base = nc * HW",
             "        acc = vsplat(ZERO, VEC)",
             "        u = 0",
@@ -156,16 +166,12 @@ def pool_nchw_vector(op: str, a: dict, xs: tuple, os: tuple, vec: int, threads: 
     fill, combine = ("-np.inf", "vmax") if is_max else ("0", "vadd")
     lines = [f"VEC, NC = {vec}, {n_ * c_}", "Xf = X.reshape(-1)"]
     if not is_max:
-        if a["count_include_pad"]:
-            cnt = f"(min(h0 + {kh}, {h + pb}) - h0) * (min(w0 + {kw}, {w + pr}) - w0)"
-        else:
-            cnt = f"(min(h0 + {kh}, {h}) - max(h0, 0)) * (min(w0 + {kw}, {w}) - max(w0, 0))"
         lines += [f"CNT = np.empty({oh_ * ow_}, DTYPE)   # the count each window divides by",
                   f"for oh in range({oh_}):",
                   f"    h0 = oh * {sh} - {pt}",
                   f"    for ow in range({ow_}):",
                   f"        w0 = ow * {sw} - {pl}",
-                  f"        CNT[oh * {ow_} + ow] = DTYPE(max({cnt}, 1))"]
+                  f"        CNT[oh * {ow_} + ow] = DTYPE({window_count(a, h, w)})"]
     ty = "DTYPE"
     scratch = [f"P = np.full({ph * pw}, {fill}, DTYPE)   # one plane, {fill} around the image"]
     if convert is not None:
@@ -173,7 +179,7 @@ def pool_nchw_vector(op: str, a: dict, xs: tuple, os: tuple, vec: int, threads: 
             raise ValueError("a converted vector pool is generated for max pooling only")
         ty = "IN_DTYPE"
         scratch = [scratch[0].replace("DTYPE)", "IN_DTYPE)"), "T = np.empty(VEC, IN_DTYPE)"]
-    lines += _plane_loop(threads, scratch)
+    lines += split_loop(threads, scratch)
     body = [
         f"src = nc * {h * w}",
         f"for ih in range({h}):",
@@ -230,7 +236,7 @@ def pool8_nchw_vector(a: dict, xs: tuple, os: tuple, vec: int, threads: int = 1,
                "around the image, slack after it"]
     if via_t:
         scratch.append("T = np.empty(VEC, IN_DTYPE)")
-    lines = [f"VEC, NC = {vec}, {n_ * c_}", "Xf = X.reshape(-1)"] + _plane_loop(threads, scratch)
+    lines = [f"VEC, NC = {vec}, {n_ * c_}", "Xf = X.reshape(-1)"] + split_loop(threads, scratch)
     body = [f"src = nc * {h * w}",
             f"for ih in range({h}):",
             f"    dst = (ih + {pt}) * {pw} + {pl}",
@@ -285,14 +291,12 @@ def lrn_last_axis_vector_source(a: dict, xs: tuple, vec: int, threads: int = 1) 
     window = "vadd(" * (size - 1) + "vload(sq, t + 0, VEC)" + "".join(
         f", vload(sq, t + {j}, VEC))" for j in range(1, size))
     return [
-        f"VEC, THREADS = {vec}, {threads}",
+        f"VEC = {vec}",
         "Xf = X.reshape(-1)",
         f"scale = vsplat(DTYPE({a['alpha'] / size!r}), VEC)",
         f"bias = vsplat(DTYPE({a['bias']!r}), VEC)",
-        f"per = ({outer} + THREADS - 1) // THREADS   # rows per thread",
-        f"for th in {'prange' if threads > 1 else 'range'}(THREADS):",
-        f"    sq = np.zeros({L + size + vec}, DTYPE)   # squares of one row, zero past its ends",
-        f"    for o in range(th * per, min({outer}, (th + 1) * per)):",
+    ] + split_loop(threads, [f"sq = np.zeros({L + size + vec}, DTYPE)   # squares of one row, zero past its ends"],
+                   str(outer), "o", "th") + [
         f"        base = o * {L}",
         f"        for t in range(0, {L}, VEC):",
         f"            x = vload_n(Xf, base + t, {L} - t, VEC)",
