@@ -353,6 +353,7 @@ def generate(w, c: dict, version: int, template: str = "gemm_int8",
     """The whole module for workload ``w`` (a quantized ``Gemm``) and a validated config; the
     tile knobs in ``runtime`` are kernel arguments (not in the source)."""
     group, _, _ = OPERANDS[c["dot"]]
+    vector_b = vector_b_packing(c)
     shown = {k: v for k, v in sorted(c.items()) if k not in runtime and k != "threads"}
     config_json = json.dumps(shown, separators=(", ", ": "))
     called = ([f"Called as kernel({kernel_params(runtime)}): {', '.join(runtime)} are arguments,",
@@ -367,11 +368,10 @@ def generate(w, c: dict, version: int, template: str = "gemm_int8",
         f"K groups of {group} -> macro-kernel over MR x NR register tiles -> vdot_{c['dot']} micro-kernel.",
         *called,
         '"""',
-        *imports(c, vector_b=vector_b_packing(c)),
+        *imports(c, vector_b=vector_b),
         "",
         *constants(w, c, runtime),
     ]
     prologue = tile_constants(w, c, runtime)[1]
-    parts = [head] + engine_parts(c, runtime=runtime, prologue=prologue,
-                                  vector_b=vector_b_packing(c))
+    parts = [head] + engine_parts(c, runtime=runtime, prologue=prologue, vector_b=vector_b)
     return "\n\n\n".join("\n".join(p) for p in parts) + "\n"

@@ -78,7 +78,6 @@ def register(sub) -> None:
 
 def build_module(args, graph=None):
     """Build ``args.model`` (or ``graph``) with the shared options; returns the module."""
-    from tuner import settings
     from tuner.compiler import build
     from tuner.cli.common import threads_of
     from workloads.errors import UsageError
@@ -87,7 +86,6 @@ def build_module(args, graph=None):
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
     int8 = int8_options(args)
-    args.opt_level = settings.opt_level(args.opt_level, int8 is not None)
     seed = getattr(args, "random_weights", None)
     if graph is None and seed is not None:
         if not args.model.endswith(".onnx"):

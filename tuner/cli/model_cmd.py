@@ -39,7 +39,7 @@ def run_model(args) -> int:
     inputs = random_inputs(graph, seed=args.seed)
     t = module.time(inputs, warmup=args.warmup, repeat=args.repeat, max_seconds=1e9)
     overhead = module.overhead()
-    report = {"model": args.model, "threads": module.threads, "opt_level": args.opt_level,
+    report = {"model": args.model, "threads": module.threads, "opt_level": module.summary.opt_level,
               "summary": module.summary.line(args.model), "counts": module.summary.counts,
               **t.as_dict(), "runtime_overhead_s": overhead}
     if args.json:
