@@ -18,14 +18,16 @@ from pathlib import Path
 
 DEFAULT_DB = "sqlite:///logs/tuning.db"
 # The graph pass pipeline builds, task extraction, ``tune model`` and ``verify`` run when none
-# is named: 3 (NHWC, direct convolutions) for float models on AVX-512 targets, 2 (NCHW) on
-# AVX2 ones and for INT8 models. Measured (AMD Zen 5, 1 thread, docs/bench/
-# 2026-12-02c-znver5-*.json): at -O 3 every light model runs at >= 0.90x ONNX Runtime (-O 2:
-# 0.77-0.89x on five of them); AVX2 code (TUNER_CPU=znver3) on the same machine, -O 3 against
-# -O 2: ResNet-50 0.97x, SqueezeNet 0.95x, DenseNet-121 1.03x (its NHWC tiles are not fitted
-# yet). The INT8 groups and their measurements are NCHW.
+# is named: 3 (NHWC, direct convolutions) for float models on every target, 2 (NCHW) for INT8
+# models. Measured, ORT time / ours in one run, 1 thread: AMD Zen 5 (AVX-512, docs/bench/
+# 2026-12-02c-znver5-*.json): at -O 3 every light model >= 0.90x ONNX Runtime (-O 2:
+# 0.77-0.89x on five of them); AMD Zen 3 (AVX2, docs/bench/2026-12-02d-znver3-nine-models-
+# o3.json): -O 3 faster than -O 2 on every model whose graph it changes, at 1 and 2 threads
+# (ResNet-50 0.79 -> 0.93x ORT, Inception v1 0.99 -> 1.53x, Inception v2 0.62 -> 0.80x,
+# VGG-19 0.82 -> 0.94x). (AVX2 code run on the Zen 5, TUNER_CPU=znver3, had measured -O 3 at
+# 0.95-1.03x -O 2: an AVX-512 machine is no stand-in for an AVX2 one here.) The INT8 groups
+# and their measurements are NCHW.
 DEFAULT_OPT_LEVEL = 3
-AVX2_OPT_LEVEL = 2
 INT8_OPT_LEVEL = 2
 
 
@@ -34,16 +36,11 @@ def db_url(cli_value: str | None = None) -> str:
 
 
 def opt_level(value: int | None = None, int8: bool = False) -> int:
-    """``value``, or the default pipeline level for the target (``DEFAULT_OPT_LEVEL``,
-    ``AVX2_OPT_LEVEL``) or for INT8 (``INT8_OPT_LEVEL``)."""
+    """``value``, or the default pipeline level: ``DEFAULT_OPT_LEVEL`` for float models,
+    ``INT8_OPT_LEVEL`` for INT8 ones."""
     if value is not None:
         return value
-    if int8:
-        return INT8_OPT_LEVEL
-    from search_spaces import isa
-
-    apply_cpu_override()   # TUNER_CPU names the target
-    return DEFAULT_OPT_LEVEL if isa.current().vector_bits >= 512 else AVX2_OPT_LEVEL
+    return INT8_OPT_LEVEL if int8 else DEFAULT_OPT_LEVEL
 
 
 def cache_dir() -> Path:

@@ -1,7 +1,7 @@
 """Task extraction and the task scheduler: from a model to the workloads worth tuning.
 
 ``extract_tasks(graph)`` runs the same pass pipeline the builder runs (``opt_level``, default 3
-for float models on AVX-512 targets, else 2: ``settings.opt_level``),
+for float models, 2 for INT8 ones: ``settings.opt_level``),
 turns every fused group into its workload (``workloads.fused.workload_for_group``) and merges
 equal workloads (same key) into one ``Task`` with its occurrence count. Groups the builder turns
 into views (reshape-only) cost nothing and are not tasks. Each task's time is the best record's

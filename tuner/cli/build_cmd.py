@@ -15,8 +15,8 @@ def add_model_build_args(p) -> None:
     add_threads_arg(p)
     add_db_arg(p)
     p.add_argument("--opt-level", "-O", type=int, default=None, choices=range(4), metavar="N",
-                   help="graph pass pipeline 0..3 (default 3 on AVX-512 targets: NHWC, direct "
-                        "convolutions; 2 on AVX2 and with --int8: NCHW; 0 = no graph optimisation)")
+                   help="graph pass pipeline 0..3 (default 3: NHWC, direct convolutions; 2 "
+                        "with --int8: NCHW; 0 = no graph optimisation)")
     p.add_argument("--strict", action="store_true",
                    help="fail (NoRecordError) when any kernel would use a fallback config")
     p.add_argument("--untuned", action="store_true",

@@ -16,7 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "(.txt; ONNX files once the frontend exists) and report what each pass did.")
     p.add_argument("file", metavar="FILE", help="graph in text form (see README: Graph IR)")
     p.add_argument("--opt-level", "-O", type=int, default=None, choices=range(4), metavar="N",
-                   help="0..3 (default as build: 3 on AVX-512, 2 on AVX2 or for a quantized graph); "
+                   help="0..3 (default as build: 3, 2 for a quantized graph); "
                         "see README for the passes of each level")
     p.add_argument("--dump", action="store_true", help="print the IR before and after each pass")
     p.add_argument("--disable", action="append", default=[], metavar="PASS",

@@ -17,8 +17,7 @@ def register(sub) -> None:
     p = sub.add_parser("tasks", help="list a model's fused subgraphs as workloads (tuning tasks)")
     p.add_argument("model", metavar="MODEL", help="model file: .onnx or IR text")
     p.add_argument("--opt-level", "-O", type=int, default=None, choices=range(4), metavar="N",
-                   help="graph pass pipeline 0..3 (default as build: 3 on AVX-512, 2 on AVX2 "
-                        "and with --int8)")
+                   help="graph pass pipeline 0..3 (default as build: 3, 2 with --int8)")
     add_threads_arg(p)
     add_db_arg(p)
     p.add_argument("--keys", action="store_true", help="print each task's workload key")

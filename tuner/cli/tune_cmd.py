@@ -14,8 +14,8 @@ def register(sub) -> None:
     p.add_argument("model", nargs="?", metavar="MODEL",
                    help="with KIND 'model': the model (.onnx or IR text) whose tasks to tune")
     p.add_argument("--opt-level", "-O", type=int, default=None, choices=range(4), metavar="N",
-                   help="tune model: graph pass pipeline (default as build: 3 on AVX-512, 2 on "
-                        "AVX2 and with --int8)")
+                   help="tune model: graph pass pipeline (default as build: 3, 2 with "
+                        "--int8)")
     p.add_argument("--strategy", default="model", help="random | grid | tpe | model (default)")
     p.add_argument("--trials", type=int, default=64,
                    help="measured configs for this workload, resumed ones included (default 64)")

@@ -295,8 +295,8 @@ def build(graph: Graph, *, opt_level: int | None = None, threads: int = 1, db: s
     """An executable module for ``graph`` (see the module docstring).
 
     ``opt_level``: the pass pipeline (0: no graph optimisation, one op per kernel; 2: NCHW;
-    3: NHWC with direct convolutions; None: ``default_opt_level``, 3 for float models on
-    AVX-512 targets, 2 on AVX2 targets and for INT8 ones). ``threads``: the thread budget records are looked up for and kernels run with.
+    3: NHWC with direct convolutions; None: ``default_opt_level``, 3 for float models, 2
+    for INT8 ones). ``threads``: the thread budget records are looked up for and kernels run with.
     ``db``/``store``: the records. ``strict``: a missing record is ``NoRecordError``.
     ``tuned=False``: template defaults everywhere. ``jobs``: compile processes (default:
     usable cores). ``inplace_concat=False`` copies every concatenation and ``prologue=False``
