@@ -48,7 +48,8 @@ def test_four_tuners_share_one_sqlite_file(db_url):
 def test_kill_9_mid_run_loses_only_in_flight_work_and_resumes(db_url):
     p = start(db_url, 8, 0, sleep_ms=150)
     deadline = time.time() + 300
-    while time.time() < deadline and len(tuning_rows(db_url)) < 2:
+    # stop waiting as soon as the child exits (an import error, say): fail with its stderr
+    while time.time() < deadline and len(tuning_rows(db_url)) < 2 and p.poll() is None:
         time.sleep(0.2)
     assert len(tuning_rows(db_url)) >= 2, p.communicate()[1]
     os.kill(p.pid, signal.SIGKILL)
