@@ -405,3 +405,23 @@ def test_nhwc_window_with_weights_in_place_needs_whole_panels():
     ok = t.default_config(w32, 1).replace(pack_b=False, nr=16, tile_n=16)
     assert t.space(w32, 1).is_valid(ok)
     assert t.prepared_inputs(w32, ok) == () and check(w32, ok) is None
+
+
+@pytest.mark.parametrize("O,tile", [(64, (6, 64)), (96, (8, 48)), (48, (8, 48)), (40, (8, 32)),
+                                    (16, (8, 16))])
+def test_nhwc_default_tile_follows_the_channels_and_isa(O, tile):
+    """The NHWC default micro-tile on 32 registers: 6 pixels x 4 vectors where 4 vectors
+    divide the output channels, 8 x 3 where 3 do, 8 x 2 or one vector otherwise; on 16
+    registers (AVX2) 6 x 2 vectors whatever the channels. Every one of them exact."""
+    from search_spaces import isa
+
+    t = get_template("conv2d")
+    w = conv_workload(5, 7, O, 3, 1, 3)
+    with isa.using(isa.AVX512):
+        d = t.default_config(w, 1)
+        assert (d["mr"], d["nr"]) == tile and t.space(w, 1).is_valid(d)
+    with isa.using(isa.AVX2):
+        d2 = t.default_config(w, 1)
+        assert (d2["mr"], d2["nr"]) == ((6, 8) if O <= 8 else (6, 16))
+    native = t.default_config(w, 1)    # the ISA compiled for (TUNER_CPU=haswell: AVX2)
+    assert check(w, native) is None

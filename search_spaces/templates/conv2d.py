@@ -218,8 +218,9 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
     @staticmethod
     def _nhwc_default(sp: ConfigSpace, pl: dict, max_threads: int) -> Config:
         """A direct convolution: the image read in place through its windows (``window_nhwc``),
-        the HWIO weights packed once per build (``prepacked``); 4 pixels x 4 vectors of
-        channels where 4 vectors divide the channels, else 8 x 2 (AVX2: 6 x 2).
+        the HWIO weights packed once per build (``prepacked``); 6 pixels x 4 vectors of
+        channels where 4 vectors divide the channels (24 + 4 + 1 = 29 of 32 registers), 8 x 3
+        where 3 do, else 8 x 2 (AVX2: 6 x 2 whatever the channels).
 
         Measured (AMD Zen 5, 1 thread, ResNet-50's NHWC layers beside one another, paired):
         4 x 64 against 8 x 32 0.93x time on the 1x1 K = 64 expansion (0.62 vs 0.67 ms),
@@ -227,11 +228,26 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
         padding 256 channels to 288) 1.0-1.5x slower. Channels that fit one vector get a
         one-vector tile: SqueezeNet's 1x1 squeezes to 16 channels at 55 x 55, 8 x 16 against
         8 x 32 (half of it padding): 0.068 vs 0.142 ms (K = 64), 0.083 vs 0.168 ms (K = 128);
-        12 or 16 rows of one vector were no faster (0.070, 0.094-0.101 ms)."""
-        vec = sp.knob("vec").values[-1]
-        wide = isa.current().registers >= 32 and pl["N"] % (4 * vec) == 0
-        nr = 4 * vec if wide else vec if pl["N"] <= vec else 2 * vec
-        mr = 4 if wide else (8 if isa.current().registers >= 32 else 6)
+        12 or 16 rows of one vector were no faster (0.070, 0.094-0.101 ms).
+
+        Intel Xeon (LLVM ``rocketlake``, 2026-12-03, ResNet-50's twelve heaviest NHWC conv
+        tasks, tuning worker, two passes in opposite orders, the better kept): 6 x 64 against
+        4 x 64 1.05-1.44x faster on ten of twelve at 1 thread (3x3 196 x 256 x 2304: 1.44x,
+        3136 x 64 x 576: 1.23x, 49 x 512 x 4608: 1.19x), 0.98x on the 7 x 7 stem, 1.03x on
+        the strided 3x3; at 2 threads 0.97-1.33x. Each B row of a whole-K panel (streamed
+        from L2 when the panel outgrows L1) now feeds 6 pixels instead of 4. (Zen 5's
+        measurements above compared 4 x 64 with 8 x 32 and 6 x 48, not with 6 x 64.) Where
+        4 vectors do not divide the channels but 3 do (within 1% padding), 8 x 48 against
+        8 x 32: Inception v2's N = 96 layers 1.06-1.10x, SqueezeNet's N = 1000 classifier
+        1.17x; with more padding it lost (N = 160: 0.87x, N = 224: 0.96x)."""
+        vec, N = sp.knob("vec").values[-1], pl["N"]
+        big = isa.current().registers >= 32
+        if big and N % (4 * vec) == 0:
+            nr, mr = 4 * vec, 6
+        elif big and N > 2 * vec and -(-N // (3 * vec)) * 3 * vec <= 1.01 * N:
+            nr, mr = 3 * vec, 8        # 24 + 3 + 1 = 28 registers, at most 1% padding
+        else:
+            nr, mr = (vec if N <= vec else 2 * vec), (8 if big else 6)
         pack_b = True
         cfg = default_core_config(sp, pl["M"], pl["N"], pl["K"], max_threads, False, pack_b,
                                   nr=nr, mr=mr)
