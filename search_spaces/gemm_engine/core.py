@@ -37,8 +37,8 @@ from __future__ import annotations
 
 from search_spaces import isa
 from search_spaces.epilogue import DTYPE_SRC, VECTOR_IMPORTS, Epilogue
-from search_spaces.gemm_engine.packing import (HELPER_JIT, pack_a_source, pack_b_source, pack_b_split_lines,
-                                               prologue_tail)
+from search_spaces.gemm_engine.packing import (HELPER_JIT, empty_aligned_source, pack_a_source,
+                                               pack_b_source, pack_b_split_lines, prologue_tail)
 from search_spaces.gemm_engine.blocked import emit_block_loops
 from search_spaces.gemm_engine.microkernels import indent, k_loop, register_tile_step
 from search_spaces.template import Template
@@ -136,6 +136,7 @@ def constants(dtype: str, c: dict, dims: Dims) -> list[str]:
         f"DTYPE = {DTYPE_SRC[dtype]}",
         "ZERO = DTYPE(0)",
         f"MR, NR, VEC = {c['mr']}, {c['nr']}, {c['vec']}   # register micro-tile, vector lanes",
+        f"ITEMSIZE = {8 if dtype in ('float64', 'int64') else 4}   # bytes per element",
     ] + dims.module_lines()
 
 
@@ -326,7 +327,8 @@ def prepack_source() -> list[str]:
             "    k_all = pw.size // n",
             "    Wt = pw.reshape(-1)",
             "    panels = (n + NR - 1) // NR",
-            "    BP = np.zeros(panels * k_all * NR, DTYPE)",
+            "    BP = empty_aligned(panels * k_all * NR)   # whole-line vector loads of B",
+            "    BP[:] = ZERO",
             "    for q in range(panels):",
             "        w = min(NR, n - q * NR)",
             "        for k in range(k_all):",
@@ -342,7 +344,7 @@ def pad_source(dims: Dims, parallel: bool = False) -> list[str]:
     return [_jit(parallel=parallel), "def pad_image(X, geo):",
             '    """X (flat NHWC, NIMG images of H x W x CI) into a new HP x WP padded copy."""',
             *indent(dims.unpack()),
-            "    Xp = np.empty(NIMG * HP * WP * CI, DTYPE)",
+            "    Xp = empty_aligned(NIMG * HP * WP * CI)",
             "    row = W * CI",
             "    for img in range(NIMG):",
             "        base = img * HP * WP * CI",
@@ -498,9 +500,12 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
     level_a = max(order.index("m"), order.index("k"))
     level_b = max(order.index("k"), order.index("n"))
     level_par = order.index(par) if par != "none" else -1
-    alloc_a = "Ap = np.empty(A_PANELS * TILE_K * MR, DTYPE)   # packed A block"
-    alloc_b = "Bp = np.empty(B_PANELS * TILE_K * NR, DTYPE)   # packed B block"
-    alloc_t = "T = np.empty(MR * NR, DTYPE)   # one register tile"
+    # every buffer a micro-kernel reads or writes in vectors starts on a 64-byte boundary
+    # (``empty_aligned``): Numba's np.empty aligns to 32 bytes only, so half the time each
+    # 64-byte vector of a panel would straddle two cache lines
+    alloc_a = "Ap = empty_aligned(A_PANELS * TILE_K * MR)   # packed A block"
+    alloc_b = "Bp = empty_aligned(B_PANELS * TILE_K * NR)   # packed B block"
+    alloc_t = "T = empty_aligned(MR * NR)   # one register tile"
     args = epi.args()
     pro_args = pro.args() if pro is not None else ""   # the prologue's operands, for pack_b
     lines = [_jit(parallel=par != "none"), f"def gemm_core(A, a_base, B, b_base, Cf, cbase, geo, {args}{pro_args}):",
@@ -586,7 +591,7 @@ def module_parts(dims: Dims, dtype: str, c: dict, a_src: str, b_src: str,
     they are packed (B ``pack`` only; its operands per row or scalar). What depends on the shape but changes the code
     (one K block or several, a half-width last panel, prefetching) is an argument too
     (``gemm_dims``): the functions for every case are generated."""
-    parts = [constants(dtype, c, dims)]
+    parts = [constants(dtype, c, dims), empty_aligned_source()]
     if a_src not in A_UNPACKED:
         parts.append(pack_a_source(a_src, dims))
     if b_src not in B_UNPACKED:
