@@ -369,6 +369,8 @@ def test_nhwc_window_conv_every_geometry(k, s, pad, dil, batch):
     assert ("Xp = pad_image(X, geo)" in src) == (pad > 0)
     # a pointwise conv (1 x 1, stride 1, no padding) reads pixel q's row q: no division per tile
     assert ("q0 // (OH * OW)" in src) == ((k, s, pad) != (1, 1, 0))
+    # each tile prefetches its share of the next prepacked B block, a line per K step
+    assert "pf, pf_hi = next_b_share(B, " in src and "prefetch_l2(BB, pf)" in src
     assert check(w, d) is None                # the entry: prepare + kernel_prepared per call
     assert prepared_check(w, d) is None       # what a build binds
     sp = t.space(w, 2)

@@ -228,17 +228,22 @@ def window_micro_source(mr: int, nr: int, vec: int, b_src: str, dims: Dims) -> l
     b_ps = "NR" if b_src != "direct" else "N"
     acc = [[f"c_{r}_{v}" for v in range(nv)] for r in range(mr)]
     names = dims.pick(window_names(b_src))
+    # prepacked B: the lines [pf, pf_hi) of the next B block are prefetched, one per step
+    pf_args = ", pf, pf_hi" if b_src == "prepacked" else ""
+    pf_step = (["if pf < pf_hi:   # a line of the next B block into L2",
+                "    prefetch_l2(BB, pf)",
+                "    pf += 64 // ITEMSIZE"] if pf_args else [])
     # inlined into gemm_core: no call per tile (its array arguments' reference counting and
     # spilled registers cost ~5% of a 3x3 layer)
     lines = [f'@numba.njit({HELPER_JIT}, inline="always")',
-             f"def micro_kernel(AA, a_base, q0, BB, b, p0, kc, T{_tail(names)}):",
+             f"def micro_kernel(AA, a_base, q0, BB, b, p0, kc, T{pf_args}{_tail(names)}):",
              f'    """T = window rows of pixels q0..q0+{mr - 1} @ B tile ({nr} columns) over K steps p0..p0+kc,',
              f"    in {mr * nv} vector registers of {vec} lanes; B(p, c) = BB[b + (p - p0)*{b_ps} + c]."
              '"""']
     v = dims.values
     if (v.get("KW") == 1 and v.get("K") == v.get("CI") and v.get("SH") == v.get("SW") == 1
             and v.get("HP") == v.get("OH") and v.get("WP") == v.get("OW")):
-        return lines + indent(_pointwise_body(mr, nv, vec, b_ps, acc))
+        return lines + indent(_pointwise_body(mr, nv, vec, b_ps, acc, pf_step))
     # pixel and window position advanced by counters: no division per row or segment
     # (runtime divisors cost ~10% of a 3x3 layer's tile at K = 576)
     body = ["img = q0 // (OH * OW)",
@@ -284,7 +289,7 @@ def window_micro_source(mr: int, nr: int, vec: int, b_src: str, dims: Dims) -> l
         lambda v: f"vload(BB, pb + {v * vec}, {vec})",
         lambda r: f"vbroadcast(AA, o_{r} + d + p, {vec})",
         lambda r, v: f"{acc[r][v]} = vfma(a_{r}, b_{v}, {acc[r][v]})")
-    body += ["    for p in range(n):"] + indent(step + [f"pb += {b_ps}"], 8)
+    body += ["    for p in range(n):"] + indent(pf_step + step + [f"pb += {b_ps}"], 8)
     body += ["    k += n", "    c0 = 0"]
     body += (["    kh += 1"] if rows else
              ["    kw += 1",
@@ -296,7 +301,7 @@ def window_micro_source(mr: int, nr: int, vec: int, b_src: str, dims: Dims) -> l
     return lines + indent(body)
 
 
-def _pointwise_body(mr: int, nv: int, vec: int, b_ps: str, acc) -> list[str]:
+def _pointwise_body(mr: int, nv: int, vec: int, b_ps: str, acc, pf_step=()) -> list[str]:
     """The window micro-kernel's body for a pointwise conv (1 x 1, stride 1, no padding):
     pixel q's row is the image's row q, the K block one contiguous segment, so no division
     and no segment loop per tile. ResNet-50's 1 x 1 layers, AMD Zen 5, 1 thread, paired:
@@ -311,7 +316,7 @@ def _pointwise_body(mr: int, nv: int, vec: int, b_ps: str, acc) -> list[str]:
         lambda v: f"vload(BB, pb + {v * vec}, {vec})",
         lambda r: f"vbroadcast(AA, o_{r} + p, {vec})",
         lambda r, v: f"{acc[r][v]} = vfma(a_{r}, b_{v}, {acc[r][v]})")
-    body += ["pb = b", "for p in range(kc):"] + indent(step + [f"pb += {b_ps}"], 4)
+    body += ["pb = b", "for p in range(kc):"] + indent([*pf_step, *step, f"pb += {b_ps}"], 4)
     for r in range(mr):
         body += [f"vstore(T, {r * nv * vec + v * vec}, {acc[r][v]})" for v in range(nv)]
     return body
@@ -545,6 +550,7 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
     micro_call = call + strides
     if a_src == "window_nhwc":   # A read through the window of the tile's first pixel
         micro_call = (f"A, a_base, i0 + ir, {b_arg[0]}, {b_arg[1]}, p0, kc, T"
+                      + (", pf, pf_hi" if b_src == "prepacked" else "")
                       + _tail(dims.pick(window_names(b_src))))
     n_arg = "".join(n + ", " for n in dims.pick(["N"]))
     body += [f"{ind}for jr in range(0, nc, NR):",
@@ -561,8 +567,27 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
     i = body.index(f"{ind}        mlen = min(MR, mc - ir)")
     body[i + 1:i + 1] = [f"{ind}        if PREFETCH:",
                          f"{ind}            prefetch_tile(Cf, cbase + (i0 + ir) * N + j0 + jr, {n_arg}{args})"]
+    if b_src == "prepacked" and a_src == "window_nhwc":
+        # the B block that follows this one in memory (the next K block of this panel, or
+        # the next panel's first), a share per tile of this M block, requested into L2 a
+        # line per K step of the tile (``window_micro_source``) while it computes from the
+        # current block: it would otherwise stream from DRAM under the next block's first
+        # tile alone
+        body[i + 1:i + 1] = [f"{ind}        pf, pf_hi = next_b_share(B, b_base + ((j0 + jr) // NR) * (K * NR) + (p0 + kc) * NR, "
+                             "kc * NR, ir // MR, (mc + MR - 1) // MR)"]
     body.append(f"{ind}        store_tile(T, Cf, cbase, i0 + ir, j0 + jr, mlen, nlen, mode, {n_arg}{args})")
     return lines + ["    " + ln for ln in body]
+
+
+def next_b_share_source() -> list[str]:
+    """next_b_share(B, start, length, t, tiles): [lo, hi), tile t's share of the B region
+    [start, start + length) clipped to B, which its micro-kernel prefetches."""
+    return [f'@numba.njit({HELPER_JIT}, inline="always")',
+            "def next_b_share(B, start, length, t, tiles):",
+            '    """The t-th of ``tiles`` shares of B[start:start + length], clipped to B."""',
+            "    per = (length + tiles - 1) // tiles",
+            "    lo = start + t * per",
+            "    return lo, min(lo + per, start + length, B.size)"]
 
 
 def prefetch_source(epi: Epilogue, nr: int, itemsize: int, dims: Dims) -> list[str]:
@@ -614,11 +639,13 @@ def module_parts(dims: Dims, dtype: str, c: dict, a_src: str, b_src: str,
     # (``gemm_dims``) says which.
     itemsize = 8 if dtype in ("float64", "int64") else 4
     parts.append(prefetch_source(epi, c["nr"], itemsize, dims))
+    if b_src == "prepacked" and a_src == "window_nhwc":
+        parts.append(next_b_share_source())
     parts.append(core_source(c, a_src, b_src, epi, dims, narrow, pro))
     return parts
 
 
 IMPORTS = ["import numba", "import numpy as np", "from numba import prange",
-           "from search_spaces.runtime.simd import (prefetch, prefetch_w, vadd, vbroadcast, vfma, vload, vload_n,",
-           "                                vload_s2, vsplat, vstore)",
+           "from search_spaces.runtime.simd import (prefetch, prefetch_l2, prefetch_w, vadd, vbroadcast, vfma,",
+           "                                vload, vload_n, vload_s2, vsplat, vstore)",
            VECTOR_IMPORTS]

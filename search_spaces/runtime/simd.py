@@ -337,7 +337,7 @@ def vstore_n(typingctx, arr, i, v, n):
     return types.none(arr, i, v, n), codegen
 
 
-def _prefetch(name: str, rw: int):
+def _prefetch(name: str, rw: int, locality: int = 3):
     def typer(typingctx, arr, i):
         _contiguous(arr, name)
 
@@ -347,7 +347,7 @@ def _prefetch(name: str, rw: int):
             i32 = ir.IntType(32)
             fty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
             fn = cgutils.get_or_insert_function(builder.module, fty, "llvm.prefetch.p0i8")
-            builder.call(fn, [ptr, ir.Constant(i32, rw), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+            builder.call(fn, [ptr, ir.Constant(i32, rw), ir.Constant(i32, locality), ir.Constant(i32, 1)])
             return context.get_dummy_value()
         return types.none(arr, i), codegen
     typer.__name__ = name
@@ -358,6 +358,8 @@ def _prefetch(name: str, rw: int):
 # past the end of arr.
 prefetch = _prefetch("prefetch", 0)
 prefetch_w = _prefetch("prefetch_w", 1)
+# read soon, but not as soon: into L2 (locality 2, prefetcht1), for the next block of a stream
+prefetch_l2 = _prefetch("prefetch_l2", 0, 2)
 
 
 @intrinsic
