@@ -1,6 +1,7 @@
 """Benchmarks run end to end on tiny shapes (their speed is not asserted: that is the
 benchmark's job on a quiet machine, not a unit test's)."""
 import json
+from pathlib import Path
 
 from test_cli import assert_one_line_error, tuner
 
@@ -92,3 +93,30 @@ def test_bench_placement_times_every_contender_on_every_placement(tmp_path):
     assert "| numpy |" in p.stdout
     assert_one_line_error(tuner("bench", "placement", "--configs", "{nope"))
     assert_one_line_error(tuner("bench", "placement", "--shape", "8x8x8", "--configs", '[{"mr": 5}]'))
+
+
+CONV_BLOCK = str(Path(__file__).resolve().parents[1] / "workloads" / "graphs" / "conv_block.txt")
+
+
+def test_bench_tiles_times_each_default_against_its_variants(tmp_path):
+    """``bench tiles``: per task the default and each variant timed in both orders; a variant
+    the space refuses (or that repairs to the default) has no ratio, an unknown knob is a
+    one-line error."""
+    out = tmp_path / "t.json"
+    p = tuner("bench", "tiles", CONV_BLOCK, "--tasks", "1", "--variants",
+              '[{"mr": 4}, {"mr": 5}]', "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    data = json.loads(out.read_text())
+    (row,) = data["rows"]
+    assert row["default_s"] > 0 and row["gemm"].startswith("M")
+    four, five = row["variants"]
+    assert four["config"]["mr"] == 4 and four["ratio"] > 0 and four["seconds"] > 0
+    assert five["config"] is None and five["ratio"] is None      # mr=5 is not in the space
+    rep = tuner("bench", "report", str(out))
+    assert rep.returncode == 0 and '{"mr":4}' in rep.stdout
+    bad = tuner("bench", "tiles", CONV_BLOCK, "--variants", '[{"nope": 1}]')
+    assert_one_line_error(bad)
+    assert "unknown knob" in bad.stderr
+    bad = tuner("bench", "tiles", CONV_BLOCK, "--variants", "[]")
+    assert_one_line_error(bad)
+    assert "--variants" in bad.stderr

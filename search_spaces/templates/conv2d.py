@@ -234,7 +234,10 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
         tasks, tuning worker, two passes in opposite orders, the better kept): 6 x 64 against
         4 x 64 1.05-1.44x faster on ten of twelve at 1 thread (3x3 196 x 256 x 2304: 1.44x,
         3136 x 64 x 576: 1.23x, 49 x 512 x 4608: 1.19x), 0.98x on the 7 x 7 stem, 1.03x on
-        the strided 3x3; at 2 threads 0.97-1.33x. Each B row of a whole-K panel (streamed
+        the strided 3x3; at 2 threads 0.97-1.33x. Again once the weight panels were
+        aligned (``empty_aligned``; before, a worker's panels sat on or off a cache line by
+        chance): 6 x 64 1.05-1.16x faster than 4 x 64 on eleven of the twelve (`bench tiles`,
+        docs/isa.md). Each B row of a whole-K panel (streamed
         from L2 when the panel outgrows L1) now feeds 6 pixels instead of 4. (Zen 5's
         measurements above compared 4 x 64 with 8 x 32 and 6 x 48, not with 6 x 64.) Where
         4 vectors do not divide the channels but 3 do (within 1% padding), 8 x 48 against

@@ -1,4 +1,4 @@
-"""``python -m tuner bench gemm | int8 | ladder | model | compare | report``: measured claims,
+"""``python -m tuner bench gemm | int8 | ladder | model | tiles | compare | report``: measured claims,
 always beside a competitor in the same run."""
 from __future__ import annotations
 
@@ -58,6 +58,19 @@ def register(sub) -> None:
     add_db_arg(mb)
     mb.add_argument("--out", default=None, help="result JSON (default logs/bench-model-<time>.json)")
     mb.set_defaults(handler=run_model)
+
+    ti = bsub.add_parser("tiles", help="a model's heaviest tasks: the template default against config variants, "
+                                        "in the tuning worker, both orders")
+    ti.add_argument("model", metavar="MODEL", help="model file: .onnx (extra .[onnx]) or IR text")
+    ti.add_argument("--variants", required=True,
+                    help='JSON list of knob changes over each default, e.g. \'[{"mr": 6, "nr": 64}, {"tile_k": 256}]\'')
+    ti.add_argument("--threads", type=int, default=1)
+    ti.add_argument("--tasks", type=int, default=12, help="how many of the heaviest tasks (default 12)")
+    ti.add_argument("--kind", default="conv2d", help="workload kind of the tasks (default conv2d)")
+    ti.add_argument("--opt-level", "-O", type=int, default=None, metavar="N",
+                    help="graph pass pipeline (default: the build's)")
+    ti.add_argument("--out", default=None, help="result JSON (default logs/bench-tiles-<time>.json)")
+    ti.set_defaults(handler=run_tiles)
 
     pl = bsub.add_parser("placement", help="one GEMM's time on differently placed operands, beside NumPy's")
     pl.add_argument("--shape", default="1024x1024x1024")
@@ -257,6 +270,25 @@ def run_model(args) -> int:
     return 0
 
 
+def run_tiles(args) -> int:
+    from tuner.bench.tile_ab import bench_tiles, parse_variants, tiles_markdown
+    from tuner.frontend import load_model
+    from tuner.target import usable_cores
+    from workloads.errors import UsageError
+
+    variants = parse_variants(args.variants)
+    if not 1 <= args.threads <= usable_cores():
+        raise UsageError(f"--threads {args.threads}: this machine allows 1..{usable_cores()}")
+    if args.tasks < 1:
+        raise UsageError(f"--tasks must be >= 1, got {args.tasks}")
+    if args.opt_level is not None and not 0 <= args.opt_level <= 3:
+        raise UsageError(f"--opt-level must be 0..3, got {args.opt_level}")
+    graph = load_model(args.model)
+    data = bench_tiles(graph, variants, threads=args.threads, tasks=args.tasks, kind=args.kind,
+                       opt_level=args.opt_level, log=lambda line: print(line, flush=True))
+    return _save_json(args, "tiles", data, tiles_markdown(data))
+
+
 def run_compare(args) -> int:
     from tuner.bench.compare import bench_compare, compare_markdown
     from tuner.cli.common import threads_of
@@ -301,6 +333,11 @@ def run_report(args) -> int:
         from tuner.bench.int8_bench import table_markdown as int8_markdown
 
         print(int8_markdown(data))
+        return 0
+    if kind == "bench-tiles":
+        from tuner.bench.tile_ab import tiles_markdown
+
+        print(tiles_markdown(data))
         return 0
     if kind == "bench-compare":
         from tuner.bench.compare import compare_markdown
