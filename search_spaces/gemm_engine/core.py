@@ -573,8 +573,8 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
         # line per K step of the tile (``window_micro_source``) while it computes from the
         # current block: it would otherwise stream from DRAM under the next block's first
         # tile alone
-        body[i + 1:i + 1] = [f"{ind}        pf, pf_hi = next_b_share(B, b_base + ((j0 + jr) // NR) * (K * NR) + (p0 + kc) * NR, "
-                             "kc * NR, ir // MR, (mc + MR - 1) // MR)"]
+        nxt = "b_base + ((j0 + jr) // NR) * (K * NR) + (p0 + kc) * NR"
+        body[i + 1:i + 1] = [f"{ind}        pf, pf_hi = next_b_share(B, {nxt}, kc * NR, ir // MR, (mc + MR - 1) // MR)"]
     body.append(f"{ind}        store_tile(T, Cf, cbase, i0 + ir, j0 + jr, mlen, nlen, mode, {n_arg}{args})")
     return lines + ["    " + ln for ln in body]
 

@@ -237,12 +237,12 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
         the strided 3x3; at 2 threads 0.97-1.33x. Again once the weight panels were
         aligned (``empty_aligned``; before, a worker's panels sat on or off a cache line by
         chance): 6 x 64 1.05-1.16x faster than 4 x 64 on eleven of the twelve (`bench tiles`,
-        docs/isa.md). Each B row of a whole-K panel (streamed
-        from L2 when the panel outgrows L1) now feeds 6 pixels instead of 4. (Zen 5's
-        measurements above compared 4 x 64 with 8 x 32 and 6 x 48, not with 6 x 64.) Where
-        4 vectors do not divide the channels but 3 do (within 1% padding), 8 x 48 against
-        8 x 32: Inception v2's N = 96 layers 1.06-1.10x, SqueezeNet's N = 1000 classifier
-        1.17x; with more padding it lost (N = 160: 0.87x, N = 224: 0.96x)."""
+        docs/isa.md). Each B row of a whole-K panel (streamed from L2 when the panel
+        outgrows L1) now feeds 6 pixels instead of 4. (Zen 5's measurements above compared
+        4 x 64 with 8 x 32 and 6 x 48, not with 6 x 64.) Where 4 vectors do not divide the
+        channels but 3 do (within 1% padding), 8 x 48 against 8 x 32: Inception v2's N = 96
+        layers 1.06-1.10x, SqueezeNet's N = 1000 classifier 1.17x; with more padding it lost
+        (N = 160: 0.87x, N = 224: 0.96x)."""
         vec, N = sp.knob("vec").values[-1], pl["N"]
         big = isa.current().registers >= 32
         if big and N % (4 * vec) == 0:
