@@ -216,6 +216,12 @@ def window_names(b_src: str) -> list[str]:
     return list(WINDOW_DIMS) + (["N"] if b_src == "direct" else [])
 
 
+def prefetches_next_b(a_src: str, b_src: str) -> bool:
+    """Whether the tiles prefetch the next block of B: a direct NHWC conv's prepacked weights
+    (``window_micro_source``'s ``pf`` steps, ``core_source``'s ``next_b_share``)."""
+    return a_src == "window_nhwc" and b_src == "prepacked"
+
+
 def window_micro_source(mr: int, nr: int, vec: int, b_src: str, dims: Dims) -> list[str]:
     """The micro-kernel of a direct NHWC convolution (A source ``window_nhwc``): the tile's
     MR rows are output pixels q0.. (a partial last tile repeats the last pixel: computed,
@@ -229,7 +235,7 @@ def window_micro_source(mr: int, nr: int, vec: int, b_src: str, dims: Dims) -> l
     acc = [[f"c_{r}_{v}" for v in range(nv)] for r in range(mr)]
     names = dims.pick(window_names(b_src))
     # prepacked B: the lines [pf, pf_hi) of the next B block are prefetched, one per step
-    pf_args = ", pf, pf_hi" if b_src == "prepacked" else ""
+    pf_args = ", pf, pf_hi" if prefetches_next_b("window_nhwc", b_src) else ""
     pf_step = (["if pf < pf_hi:   # a line of the next B block into L2",
                 "    prefetch_l2(BB, pf)",
                 "    pf += 64 // ITEMSIZE"] if pf_args else [])
@@ -550,7 +556,7 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
     micro_call = call + strides
     if a_src == "window_nhwc":   # A read through the window of the tile's first pixel
         micro_call = (f"A, a_base, i0 + ir, {b_arg[0]}, {b_arg[1]}, p0, kc, T"
-                      + (", pf, pf_hi" if b_src == "prepacked" else "")
+                      + (", pf, pf_hi" if prefetches_next_b(a_src, b_src) else "")
                       + _tail(dims.pick(window_names(b_src))))
     n_arg = "".join(n + ", " for n in dims.pick(["N"]))
     body += [f"{ind}for jr in range(0, nc, NR):",
@@ -567,7 +573,7 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
     i = body.index(f"{ind}        mlen = min(MR, mc - ir)")
     body[i + 1:i + 1] = [f"{ind}        if PREFETCH:",
                          f"{ind}            prefetch_tile(Cf, cbase + (i0 + ir) * N + j0 + jr, {n_arg}{args})"]
-    if b_src == "prepacked" and a_src == "window_nhwc":
+    if prefetches_next_b(a_src, b_src):
         # the B block that follows this one in memory (the next K block of this panel, or
         # the next panel's first), a share per tile of this M block, requested into L2 a
         # line per K step of the tile (``window_micro_source``) while it computes from the
@@ -639,7 +645,7 @@ def module_parts(dims: Dims, dtype: str, c: dict, a_src: str, b_src: str,
     # (``gemm_dims``) says which.
     itemsize = 8 if dtype in ("float64", "int64") else 4
     parts.append(prefetch_source(epi, c["nr"], itemsize, dims))
-    if b_src == "prepacked" and a_src == "window_nhwc":
+    if prefetches_next_b(a_src, b_src):
         parts.append(next_b_share_source())
     parts.append(core_source(c, a_src, b_src, epi, dims, narrow, pro))
     return parts

@@ -38,6 +38,13 @@ def gemm_equivalent(key: str) -> tuple[int, int, int, int] | None:
     return None
 
 
+def gemm_label(eq: tuple[int, int, int, int] | None) -> str | None:
+    """``M.. N.. K..`` of a ``gemm_equivalent`` (prefixed by the call count when several)."""
+    if eq is None:
+        return None
+    return "{}x M{} N{} K{}".format(*eq) if eq[0] > 1 else "M{1} N{2} K{3}".format(*eq)
+
+
 def _blas_seconds(calls: int, M: int, N: int, K: int, threads: int, repeat: int = 7) -> float:
     from threadpoolctl import threadpool_limits
 
@@ -74,8 +81,7 @@ def hotspots(prof, threads: int, *, top: int = 5) -> list[dict]:
                 eq = gemm_equivalent(step.workload)
                 if eq is not None:
                     blas = _blas_seconds(*eq, threads)
-                    row.update(gemm="{}x M{} N{} K{}".format(*eq) if eq[0] > 1 else "M{1} N{2} K{3}".format(*eq),
-                               blas_ms=blas * 1e3, vs_blas=blas / t if t > 0 else None)
+                    row.update(gemm=gemm_label(eq), blas_ms=blas * 1e3, vs_blas=blas / t if t > 0 else None)
         rows.append(row)
     return rows
 

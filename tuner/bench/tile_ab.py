@@ -27,7 +27,7 @@ def parse_variants(text: str) -> list[dict]:
     return variants
 
 
-def variant_config(template, workload, space, default, changes: dict):
+def variant_config(template, space, default, changes: dict):
     """The default with ``changes``, repaired to the space (None: refused, or the default)."""
     from search_spaces.gemm_engine.space import repair
 
@@ -46,6 +46,7 @@ def bench_tiles(graph, variants: Sequence[dict], *, threads: int = 1, tasks: int
                 kind: str = "conv2d", opt_level: int | None = None, mopts=None,
                 log=print) -> dict:
     from search_spaces import get_template
+    from tuner.bench.hotspots import gemm_equivalent, gemm_label
     from tuner.measure.measurer import MeasureOptions, Measurer
     from tuner.target import host_target
     from tuner.tasks import extract_tasks
@@ -62,7 +63,7 @@ def bench_tiles(graph, variants: Sequence[dict], *, threads: int = 1, tasks: int
             tpl = get_template(t.template)
             space = tpl.space(t.workload, threads)
             default = tpl.default_config(t.workload, threads)
-            cfgs = [default] + [variant_config(tpl, t.workload, space, default, v) for v in variants]
+            cfgs = [default] + [variant_config(tpl, space, default, v) for v in variants]
             batch = [c for c in cfgs if c is not None]
             best: dict[str, float] = {}
             errors: dict[str, str] = {}
@@ -74,25 +75,17 @@ def bench_tiles(graph, variants: Sequence[dict], *, threads: int = 1, tasks: int
                         errors[c.hash] = f"{r.status.value}: {r.error[:200]}"
             base = best.get(default.hash)
             row = {"key": t.key, "occurrences": t.occurrences, "template": tpl.name,
-                   "gemm": _gemm_of(tpl, t.workload), "default": dict(default),
+                   "gemm": gemm_label(gemm_equivalent(t.key)) or "-", "default": dict(default),
                    "default_s": base, "variants": []}
             for v, c in zip(variants, cfgs[1:]):
                 s = best.get(c.hash) if c is not None else None
                 row["variants"].append({"changes": v, "config": dict(c) if c is not None else None,
-                                        "seconds": s, "error": errors.get(c.hash) if c else None,
+                                        "seconds": s, "error": errors.get(c.hash) if c is not None else None,
                                         "ratio": base / s if base and s else None})
             rows.append(row)
             log(row_line(row))
     return {"kind": "bench-tiles", "model": graph.name, "threads": threads, "opt_level": opt_level,
             "variants": list(variants), "target": host_target().to_dict(), "rows": rows}
-
-
-def _gemm_of(tpl, w) -> str:
-    plan = getattr(tpl, "plan", None)
-    if plan is None:
-        return "-"
-    p = plan(w)
-    return f"M{p['M']} N{p['N']} K{p['K']}"
 
 
 def row_line(row: dict) -> str:
