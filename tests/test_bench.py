@@ -120,3 +120,21 @@ def test_bench_tiles_times_each_default_against_its_variants(tmp_path):
     bad = tuner("bench", "tiles", CONV_BLOCK, "--variants", "[]")
     assert_one_line_error(bad)
     assert "--variants" in bad.stderr
+
+
+def test_bench_cache_times_each_kernel_in_the_model_and_alone(tmp_path):
+    """``bench cache``: every conv/dense kernel of the built model timed in the model, back to
+    back and flushed; sums and ratios in the table; bad input one line."""
+    out = tmp_path / "c.json"
+    p = tuner("bench", "cache", CONV_BLOCK, "--rounds", "1", "--out", str(out))
+    assert p.returncode == 0, p.stderr
+    data = json.loads(out.read_text())
+    kinds = {r["kind"] for r in data["rows"]}
+    assert kinds == {"conv2d", "dense"} and len(data["rows"]) >= 3
+    for r in data["rows"]:
+        assert r["model_s"] > 0 and r["back_to_back_s"] > 0 and r["flushed_s"] > 0
+    assert abs(data["totals"]["flushed_s"] - sum(r["flushed_s"] for r in data["rows"])) < 1e-12
+    rep = tuner("bench", "report", str(out))
+    assert rep.returncode == 0 and "model / flushed" in rep.stdout and "sum of" in rep.stdout
+    assert_one_line_error(tuner("bench", "cache", CONV_BLOCK, "--rounds", "0"))
+    assert_one_line_error(tuner("bench", "cache", "/nonexistent.onnx"))

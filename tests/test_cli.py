@@ -103,3 +103,19 @@ def test_tune_then_best_then_run_then_fallback(db_url, tmp_path):
     out.write_text(out.read_text()[:-30])
     p = tuner("db", "import", str(out), "--db", fresh)
     assert_one_line_error(p)
+
+
+def test_tune_with_cache_flush_records_the_mode(db_url, tmp_path):
+    """``--cache-flush``: every candidate's timed calls start with its operands evicted, one
+    call per sample, and its records say so."""
+    p = tuner("tune", "gemm", "--shape", "48x40x32", "--trials", "2", "--batch-size", "2",
+              "--threads", "1", "--repeat", "3", "--min-repeat-ms", "5", "--strategy", "random",
+              "--cache-flush", "--no-progress", "--db", db_url, "--log", str(tmp_path / "t.jsonl"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = tmp_path / "export.jsonl"
+    assert tuner("db", "export", "-o", str(out), "--db", db_url).returncode == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    tuned = [r for r in rows if r.get("status") == "OK" and r.get("strategy") != "baseline"]
+    assert tuned, rows[:2]
+    for r in tuned:
+        assert r["info"]["cache_flush"] is True and r["info"]["number"] == 1, r["info"]

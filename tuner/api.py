@@ -92,7 +92,8 @@ def tune(spec: str | Workload, *, trials: int = 64, strategy: str = "model",
          run_timeout: float = 60.0, build_timeout: float = 120.0, transfer: bool = True,
          optuna_storage: str | None = "db", log: str | None = None, progress: bool = False,
          command: str = "", echo: Callable[[str], Any] | None = None,
-         max_new_variants: int | None = 2, trials_per_variant: int | None = 8) -> TuneResult:
+         max_new_variants: int | None = 2, trials_per_variant: int | None = 8,
+         cache_flush: bool = False) -> TuneResult:
     """Search the template space of a workload, record every trial, return the best.
 
     ``spec``: a Workload or a spec string. ``trials`` counts configs measured for this workload,
@@ -100,7 +101,8 @@ def tune(spec: str | Workload, *, trials: int = 64, strategy: str = "model",
     where the first stopped). ``echo`` receives the header lines the CLI prints.
     ``max_new_variants`` / ``trials_per_variant``: the model search's compile budget (new
     kernels per batch; at most trials / trials_per_variant kernels per run; None: no
-    limit), see ``TuneOptions``."""
+    limit), see ``TuneOptions``. ``cache_flush``: each timed call starts with the kernel's
+    weights and other inputs but the first evicted from the caches (``MeasureOptions``)."""
     from tuner.dispatch import open_store
     from tuner.measure.measurer import MeasureOptions
     from tuner.target import host_target, require_runnable
@@ -114,7 +116,8 @@ def tune(spec: str | Workload, *, trials: int = 64, strategy: str = "model",
                        max_new_variants=max_new_variants, trials_per_variant=trials_per_variant,
                        command=command or shlex.join(["python", *sys.argv]))
     mopts = MeasureOptions(threads=n, repeat=repeat, min_repeat_ms=min_repeat_ms, placements=placements,
-                           run_timeout=run_timeout, build_timeout=build_timeout)
+                           run_timeout=run_timeout, build_timeout=build_timeout,
+                           cache_flush=cache_flush)
     tpl = template_for(w, template)
     target = host_target()
     require_runnable(target)      # a TUNER_CPU whose ISA this machine cannot execute
@@ -152,12 +155,15 @@ def _graph(graph_or_path):
 def tune_model(graph_or_path, *, trials: int = 400, threads: int = 1, db: str | None = None,
                opt_level: int | None = None, strategy: str = "model", batch_size: int = 8, seed: int = 0,
                log: str | None = None, progress: bool = False,
-               echo: Callable[[str], Any] | None = None, end_to_end: bool = True) -> dict:
+               echo: Callable[[str], Any] | None = None, end_to_end: bool = True,
+               cache_flush: bool = False) -> dict:
     """Tune every task of a model (a Graph or a path) into ``db``, spending ``trials`` where the
     expected latency cut is largest; returns the report (per task: trials, time before/after;
     ``end_to_end``: the model built with defaults and with the records, both timed in this run,
-    under ``report["end_to_end"]``)."""
+    under ``report["end_to_end"]``). ``cache_flush``: every timed call starts with the kernel's
+    weights evicted from the caches, as the built model meets them (``MeasureOptions``)."""
     from tuner.dispatch import open_store
+    from tuner.measure.measurer import MeasureOptions
     from tuner.tasks import tune_model as run
     from tuner.target import host_target
     from tuner.tuning import TuneOptions
@@ -170,7 +176,8 @@ def tune_model(graph_or_path, *, trials: int = 400, threads: int = 1, db: str | 
     report = run(graph, trials=trials, store=open_store(db), target=host_target(), threads=n,
                  opt_level=opt_level, strategy=strategy, round_size=batch_size, seed=seed,
                  progress=progress, log_path=log, echo=echo or (lambda _line: None),
-                 end_to_end=end_to_end)
+                 end_to_end=end_to_end,
+                 measure_opts=MeasureOptions(threads=n, cache_flush=cache_flush))
     return report
 
 

@@ -26,6 +26,7 @@ checks (the generated code computes offsets that are in range by construction).
     vsqrt(v)                      lane-wise square root
     prefetch(arr, i) / prefetch_w(arr, i)   cache-line hints (read / write), never fault
     prefetch_w2(C, i, j)          write hint for the line of C[i, j] (2-D, rows contiguous)
+    clflush(arr, i)               evict the line of arr.flat[i] from every cache level
 
 Importable and cache-safe: a kernel compiled with ``cache=True`` that uses them is loaded
 from Numba's cache by a process that imports this module.
@@ -360,6 +361,23 @@ prefetch = _prefetch("prefetch", 0)
 prefetch_w = _prefetch("prefetch_w", 1)
 # read soon, but not as soon: into L2 (locality 2, prefetcht1), for the next block of a stream
 prefetch_l2 = _prefetch("prefetch_l2", 0, 2)
+
+
+@intrinsic
+def clflush(typingctx, arr, i):
+    """Write back and evict the cache line of ``arr.flat[i]`` from every cache level
+    (``clflush``; i in range). For measurements that start with an operand in memory, as a
+    built model finds its weights (``tuner.measure.cache_flush``)."""
+    _contiguous(arr, "clflush")
+
+    def codegen(context, builder, sig, args):
+        ptr = builder.bitcast(_flat_ptr(context, builder, sig.args[0], args[0], args[1]),
+                              ir.IntType(8).as_pointer())
+        fty = ir.FunctionType(ir.VoidType(), [ptr.type])
+        fn = cgutils.get_or_insert_function(builder.module, fty, "llvm.x86.sse2.clflush")
+        builder.call(fn, [ptr])
+        return context.get_dummy_value()
+    return types.none(arr, i), codegen
 
 
 @intrinsic

@@ -44,7 +44,7 @@ def variant_config(template, space, default, changes: dict):
 
 def bench_tiles(graph, variants: Sequence[dict], *, threads: int = 1, tasks: int = 12,
                 kind: str = "conv2d", opt_level: int | None = None, mopts=None,
-                log=print) -> dict:
+                cache_flush: bool = False, log=print) -> dict:
     from search_spaces import get_template
     from tuner.bench.hotspots import gemm_equivalent, gemm_label
     from tuner.measure.measurer import MeasureOptions, Measurer
@@ -52,7 +52,7 @@ def bench_tiles(graph, variants: Sequence[dict], *, threads: int = 1, tasks: int
     from tuner.tasks import extract_tasks
 
     mopts = mopts or MeasureOptions(threads=threads, placements=2, repeat=6, min_repeat_ms=30,
-                                    max_time_s=2.0)
+                                    max_time_s=2.0, cache_flush=cache_flush)
     picked = [t for t in extract_tasks(graph, opt_level=opt_level, threads=threads)
               if t.workload.kind == kind][:tasks]
     if not picked:
@@ -85,6 +85,7 @@ def bench_tiles(graph, variants: Sequence[dict], *, threads: int = 1, tasks: int
             rows.append(row)
             log(row_line(row))
     return {"kind": "bench-tiles", "model": graph.name, "threads": threads, "opt_level": opt_level,
+            "cache_flush": mopts.cache_flush,
             "variants": list(variants), "target": host_target().to_dict(), "rows": rows}
 
 

@@ -1,4 +1,4 @@
-"""``python -m tuner bench gemm | int8 | ladder | model | tiles | compare | report``: measured claims,
+"""``python -m tuner bench gemm | int8 | ladder | model | tiles | cache | compare | report``: measured claims,
 always beside a competitor in the same run."""
 from __future__ import annotations
 
@@ -69,8 +69,21 @@ def register(sub) -> None:
     ti.add_argument("--kind", default="conv2d", help="workload kind of the tasks (default conv2d)")
     ti.add_argument("--opt-level", "-O", type=int, default=None, metavar="N",
                     help="graph pass pipeline (default: the build's)")
+    ti.add_argument("--cache-flush", action="store_true", help="evict the kernel's weights and other inputs but the first from the caches before each timed call, as a built model meets them (one call per sample; docs/measurement.md)")
     ti.add_argument("--out", default=None, help="result JSON (default logs/bench-tiles-<time>.json)")
     ti.set_defaults(handler=run_tiles)
+
+    ca = bsub.add_parser("cache", help="each kernel of a built model: its time in the model against the "
+                                        "tuning worker's stand-ins, back to back and with its operands flushed")
+    ca.add_argument("model", metavar="MODEL", help="model file: .onnx (extra .[onnx], seeded random weights) or IR text")
+    ca.add_argument("--threads", type=int, default=1)
+    ca.add_argument("--kinds", default="conv2d,dense", help="workload kinds of the kernels (comma-separated)")
+    ca.add_argument("--rounds", type=int, default=3, help="profiles of the model (the best median counts)")
+    ca.add_argument("--opt-level", "-O", type=int, default=None, metavar="N",
+                    help="graph pass pipeline (default: the build's)")
+    add_db_arg(ca)
+    ca.add_argument("--out", default=None, help="result JSON (default logs/bench-cache-<time>.json)")
+    ca.set_defaults(handler=run_cache)
 
     pl = bsub.add_parser("placement", help="one GEMM's time on differently placed operands, beside NumPy's")
     pl.add_argument("--shape", default="1024x1024x1024")
@@ -173,6 +186,31 @@ def run_gemm(args) -> int:
     print(table_markdown(data))
     print(f"\nwrote {path} and {csv_path}")
     return 0
+
+
+def run_cache(args) -> int:
+    import importlib.util
+
+    from tuner.bench.cache_state import bench_cache, cache_markdown
+    from tuner.target import usable_cores
+    from workloads.errors import UsageError
+
+    if args.model.endswith(".onnx") and not importlib.util.find_spec("onnx"):
+        raise UsageError("bench cache on an ONNX model needs the extra: pip install -e '.[onnx]'")
+    if not Path(args.model).is_file():
+        raise UsageError(f"no such model file: {args.model}")
+    if not 1 <= args.threads <= usable_cores():
+        raise UsageError(f"--threads {args.threads}: this machine allows 1..{usable_cores()}")
+    if args.rounds < 1:
+        raise UsageError(f"--rounds must be >= 1, got {args.rounds}")
+    if args.opt_level is not None and not 0 <= args.opt_level <= 3:
+        raise UsageError(f"--opt-level must be 0..3, got {args.opt_level}")
+    kinds = tuple(k for k in args.kinds.split(",") if k)
+    if not kinds:
+        raise UsageError("--kinds must name at least one workload kind, e.g. conv2d,dense")
+    data = bench_cache(args.model, threads=args.threads, opt_level=args.opt_level, kinds=kinds,
+                       rounds=args.rounds, db=args.db, log=lambda line: None)
+    return _save_json(args, "cache", data, cache_markdown(data))
 
 
 def run_placement(args) -> int:
@@ -285,7 +323,8 @@ def run_tiles(args) -> int:
         raise UsageError(f"--opt-level must be 0..3, got {args.opt_level}")
     graph = load_model(args.model)
     data = bench_tiles(graph, variants, threads=args.threads, tasks=args.tasks, kind=args.kind,
-                       opt_level=args.opt_level, log=lambda line: print(line, flush=True))
+                       opt_level=args.opt_level, cache_flush=args.cache_flush,
+                       log=lambda line: print(line, flush=True))
     return _save_json(args, "tiles", data, tiles_markdown(data))
 
 
@@ -338,6 +377,11 @@ def run_report(args) -> int:
         from tuner.bench.tile_ab import tiles_markdown
 
         print(tiles_markdown(data))
+        return 0
+    if kind == "bench-cache":
+        from tuner.bench.cache_state import cache_markdown
+
+        print(cache_markdown(data))
         return 0
     if kind == "bench-compare":
         from tuner.bench.compare import compare_markdown

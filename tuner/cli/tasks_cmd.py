@@ -105,6 +105,7 @@ def tune_model_cmd(args) -> int:
     store, target = open_store(args), host_target()
     mopts = MeasureOptions(threads=threads, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms,
                            placements=getattr(args, "placements", 4),
+                           cache_flush=getattr(args, "cache_flush", False),
                            run_timeout=args.run_timeout, build_timeout=args.build_timeout)
     echo = (lambda *a, **k: print(*a, file=sys.stderr, **k)) if args.json else print
     args.opt_level = settings.opt_level(args.opt_level, bool(getattr(args, "int8", False)))

@@ -39,6 +39,7 @@ def register(sub) -> None:
     p.add_argument("--min-repeat-ms", type=float, default=40.0, help="minimum length of one sample")
     p.add_argument("--placements", type=int, default=4,
                    help="buffer placements each candidate is timed on (score: the slowest)")
+    p.add_argument("--cache-flush", action="store_true", help="evict the kernel's weights and other inputs but the first from the caches before each timed call, as a built model meets them (one call per sample; docs/measurement.md)")
     p.add_argument("--run-timeout", type=float, default=60.0, help="seconds before a run is TIMEOUT")
     p.add_argument("--build-timeout", type=float, default=120.0, help="seconds before a build is TIMEOUT")
     p.add_argument("--log", default="logs/tuning.jsonl",
@@ -80,6 +81,7 @@ def run(args) -> int:
              early_stopping=args.early_stopping, batch_size=args.batch_size, repeat=args.repeat,
              min_repeat_ms=args.min_repeat_ms, run_timeout=args.run_timeout,
              build_timeout=args.build_timeout, placements=args.placements,
+             cache_flush=args.cache_flush,
              transfer=not args.no_transfer,
              max_new_variants=args.max_new_variants or None,
              trials_per_variant=args.trials_per_variant or None,

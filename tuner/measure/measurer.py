@@ -40,6 +40,9 @@ class MeasureOptions:
     # alignment, tuner.measure.placement); its score is the slowest placement's median
     placements: int = 4
     check: bool = True
+    # evict the kernel's weights and other inputs but the first from the caches before each
+    # timed call (one call per sample), as a built model meets them (tuner.measure.cache_flush)
+    cache_flush: bool = False
 
     def __post_init__(self) -> None:
         """Every caller (CLI, ``tuner.tune``, scripts) gets the same one-line errors."""
@@ -159,7 +162,7 @@ class Measurer:
                "threads": template.threads(config), "warmup": o.warmup, "repeat": o.repeat,
                "min_repeat_ms": o.min_repeat_ms, "max_time_s": o.max_time_s, "check": o.check,
                "cutoff_s": cutoff_s, "placement_cut_s": placement_cut_s, "race_cut_s": race_cut_s,
-               "placements": o.placements}
+               "placements": o.placements, "cache_flush": o.cache_flush}
         return self._runner.call("run", req, o.run_timeout)
 
     # -- public ------------------------------------------------------------------------

@@ -67,8 +67,11 @@ def _short_error(exc: BaseException, limit: int = 4000) -> str:
 
 
 def time_callable(fn: Callable[[], Any], warmup: int, repeat: int, min_repeat_ms: float,
-                  max_time_s: float, cutoff_s: float | None = None) -> tuple[list[float], dict]:
+                  max_time_s: float, cutoff_s: float | None = None,
+                  before: Callable[[], Any] | None = None) -> tuple[list[float], dict]:
     """Seconds per call for each of up to ``repeat`` samples of at least ``min_repeat_ms``.
+    With ``before`` (the ``cache_flush`` option's eviction) each sample, the probe included,
+    is one call with ``before()`` run untimed just ahead of it.
 
     The first timed call (the probe) is checked against ``cutoff_s`` (the tuner passes a
     multiple of the best time so far): a slower candidate keeps the probe as its only sample,
@@ -80,6 +83,8 @@ def time_callable(fn: Callable[[], Any], warmup: int, repeat: int, min_repeat_ms
     running it back to back does.) When the whole measurement would exceed ``max_time_s`` (a
     slow candidate) fewer samples are taken, at least 3.
     """
+    if before is not None:
+        before()
     t0 = time.perf_counter()
     fn()
     probe = max(time.perf_counter() - t0, 1e-9)
@@ -94,12 +99,14 @@ def time_callable(fn: Callable[[], Any], warmup: int, repeat: int, min_repeat_ms
             fn()
             warm_s = min(warm_s, max(time.perf_counter() - t1, 1e-9))
             calls += 1
-    number = max(1, int(min_repeat_ms / 1000.0 / warm_s + 0.999))
+    number = 1 if before is not None else max(1, int(min_repeat_ms / 1000.0 / warm_s + 0.999))
     per_sample = warm_s * number
     if per_sample * repeat > max_time_s:
         repeat = max(3, min(repeat, int(max_time_s / per_sample)))
     samples, cpu = [], []
     for _ in range(repeat):
+        if before is not None:
+            before()
         c0, t0 = time.process_time(), time.perf_counter()
         for _ in range(number):
             fn()
@@ -107,11 +114,14 @@ def time_callable(fn: Callable[[], Any], warmup: int, repeat: int, min_repeat_ms
         cpu.append((time.process_time() - c0) / number)
     # CPU seconds of the whole process per call: on a shared machine, for a 1-thread kernel,
     # the figure that time slices taken by other processes do not inflate
-    return samples, {"number": number, "cpu_samples": cpu}
+    return samples, {"number": number, "cpu_samples": cpu, **({"cache_flush": True} if before else {})}
 
 
-def time_placements(fn: Callable[..., Any], w, inputs, outputs, expected, req: dict):
-    """Time ``fn(*inputs, *outputs)`` on ``req["placements"]`` placements of fresh copies.
+def time_placements(fn: Callable[..., Any], w, inputs, outputs, expected, req: dict,
+                    prepared: tuple = ()):
+    """Time ``fn(*inputs, *outputs)`` on ``req["placements"]`` placements of fresh copies
+    (with ``req["cache_flush"]``: ``prepared``, the kernel's prepared operands, and the
+    inputs but the first evicted before each call, ``tuner.measure.cache_flush``).
 
     Each placement gets its own warm-up and ``ceil(repeat / placements)`` (at least 3)
     samples within its share of ``max_time_s``. (The warm-up is not redundant after the
@@ -165,8 +175,14 @@ def time_placements(fn: Callable[..., Any], w, inputs, outputs, expected, req: d
             if cutoff is not None and checked > cutoff:   # the checked call is the probe
                 one = {"offsets": list(offsets), "median": checked, "samples": 1, "number": 1}
                 return [checked], {"number": 1, "cut_short": True, "placements": [one]}
+        before = None
+        if req.get("cache_flush"):
+            from tuner.measure.cache_flush import evict, flushed_operands
+
+            flushed = flushed_operands(ins, prepared)
+            before = lambda: evict(flushed)   # noqa: E731
         samples, timing = time_callable(lambda: fn(*ins, *outs), req["warmup"], per_repeat,
-                                        req["min_repeat_ms"], per_time, cutoff)
+                                        req["min_repeat_ms"], per_time, cutoff, before)
         med = sorted(samples)[len(samples) // 2]
         cpu = timing.get("cpu_samples") or [0.0]
         found.append((med, samples, {"offsets": list(offsets), "median": med,
@@ -271,6 +287,8 @@ def run(req: dict) -> dict:
     outputs = w.make_outputs()
     args = [*inputs, *outputs]
     info: dict[str, Any] = {"prepared": list(req["prepared"])} if req.get("prepared") else {}
+    if req.get("cache_flush"):   # every reply, cut-short ones included, says how it was timed
+        info["cache_flush"] = True
     try:
         load_only = (req.get("placements") is not None and not req.get("prepared")
                      and isinstance(compiled, numba.core.dispatcher.Dispatcher))
@@ -289,7 +307,8 @@ def run(req: dict) -> dict:
             problem = w.check(inputs, outputs, expected)
             if problem:
                 return {"status": "WRONG_ANSWER", "error": problem, "info": info}
-        timed = time_placements(fn, w, inputs, outputs, expected, req)
+        timed = time_placements(fn, w, inputs, outputs, expected, req,
+                                getattr(fn, "prepared", ()) if req.get("prepared") else ())
     except Exception as exc:  # noqa: BLE001
         return {"status": "RUNTIME_ERROR", "error": _short_error(exc), "info": info}
     if isinstance(timed, dict):
