@@ -234,11 +234,21 @@ def window_micro_source(mr: int, nr: int, vec: int, b_src: str, dims: Dims) -> l
     b_ps = "NR" if b_src != "direct" else "N"
     acc = [[f"c_{r}_{v}" for v in range(nv)] for r in range(mr)]
     names = dims.pick(window_names(b_src))
-    # prepacked B: the lines [pf, pf_hi) of the next B block are prefetched, one per step
+    # prepacked B: the lines [pf, pf_hi) of the next B block go into L2 one at a time, paced
+    # evenly over the tile's K loop: every pfs-th element of B it reads (the comparison with
+    # pb, which the loop advances anyway, is the only cost of a step without one). Issued
+    # one per step from the start of the loop instead, they came in bursts: ResNet-50's last
+    # stage (M = 49, 4-9.4 MB of weights per layer, read from memory in the model) ran
+    # 5-16% slower per layer, the model 1.027x / 1.035x (1 / 2 threads) slower, AVX2 code
+    # 1.033x (Intel Xeon, 2026-12-03, docs/isa.md)
     pf_args = ", pf, pf_hi" if prefetches_next_b("window_nhwc", b_src) else ""
-    pf_step = (["if pf < pf_hi:   # a line of the next B block into L2",
-                "    prefetch_l2(BB, pf)",
-                "    pf += 64 // ITEMSIZE"] if pf_args else [])
+    pf_init = (["pfs = max(1, kc // max(1, (pf_hi - pf) // (64 // ITEMSIZE))) * NR",
+                "pfq = b   # where pb is when the next line is requested"] if pf_args else [])
+    pf_step = (["if pb == pfq:   # a line of the next B block into L2",
+                "    if pf < pf_hi:",
+                "        prefetch_l2(BB, pf)",
+                "        pf += 64 // ITEMSIZE",
+                "    pfq += pfs"] if pf_args else [])
     # inlined into gemm_core: no call per tile (its array arguments' reference counting and
     # spilled registers cost ~5% of a 3x3 layer)
     lines = [f'@numba.njit({HELPER_JIT}, inline="always")',
@@ -249,7 +259,7 @@ def window_micro_source(mr: int, nr: int, vec: int, b_src: str, dims: Dims) -> l
     v = dims.values
     if (v.get("KW") == 1 and v.get("K") == v.get("CI") and v.get("SH") == v.get("SW") == 1
             and v.get("HP") == v.get("OH") and v.get("WP") == v.get("OW")):
-        return lines + indent(_pointwise_body(mr, nv, vec, b_ps, acc, pf_step))
+        return lines + indent(pf_init + _pointwise_body(mr, nv, vec, b_ps, acc, pf_step))
     # pixel and window position advanced by counters: no division per row or segment
     # (runtime divisors cost ~10% of a 3x3 layer's tile at K = 576)
     body = ["img = q0 // (OH * OW)",
@@ -304,7 +314,7 @@ def window_micro_source(mr: int, nr: int, vec: int, b_src: str, dims: Dims) -> l
               "        kh += 1"])
     for r in range(mr):
         body += [f"vstore(T, {r * nr + v * vec}, {acc[r][v]})" for v in range(nv)]
-    return lines + indent(body)
+    return lines + indent(pf_init + body)
 
 
 def _pointwise_body(mr: int, nv: int, vec: int, b_ps: str, acc, pf_step=()) -> list[str]:
