@@ -73,3 +73,41 @@ def test_repair_names_what_it_cannot_fix():
                      [es.threads_match_parallel()])
     with pytest.raises(InstantiationError, match="threads > 1 exactly when"):
         es.repair(sp, {"threads": 2, "parallel": "none"})
+
+
+def test_a_large_activation_moves_the_parallel_split_to_m():
+    """ResNet-50's 28 x 28 x 512 -> 128 1 x 1 at 2 threads: split over N its 2 blocks are 100%
+    even, but each thread would read the whole 1.6 MB image; charged for it, the split goes to
+    M. A 400 KB image (the 3 x 3 layers) keeps N, and without ``a_bytes`` nothing moves."""
+    import numpy as np
+
+    from workloads.fused import workload_for_group
+    from workloads.graph import GraphBuilder
+    from workloads.graph.fusion import fused_groups
+    from workloads.graph.passes import optimize
+
+    def conv(C, O, k):   # 28 x 28 x C -> O, ResNet-50's second stage, NHWC after -O 3
+        b = GraphBuilder("g")
+        x = b.input("x", (1, C, 28, 28))
+        w = b.const(np.ones((O, C, k, k), np.float32))
+        g = optimize(b.build(b.op("relu", b.op("conv2d", x, w, strides=[1, 1], padding=[k // 2] * 2))),
+                     opt_level=3)
+        (wl,) = [workload_for_group(n) for n in fused_groups(g) if workload_for_group(n).kind == "conv2d"]
+        return wl
+
+    if isa.current().registers < 32:
+        pytest.skip("the NHWC default's 6 x 64 tile is the 32-register ISAs' (AVX2 uses 6 x 16)")
+    t = get_template("conv2d")
+    pointwise, window = conv(512, 128, 1), conv(128, 128, 3)
+    assert t.default_config(pointwise, 2)["parallel"] == "m"
+
+    def split(w, charged):
+        pl = t.plan(w)
+        c = es.default_core_config(t.space(w, 2), pl["M"], pl["N"], pl["K"], 2, False, True,
+                                   nr=64, mr=6, a_bytes=pl["image"] * 4 if charged else None)
+        return c["parallel"], c["tile_m"], c["tile_n"]
+
+    assert split(pointwise, False)[0] == "n"
+    axis, tile_m, _ = split(pointwise, True)
+    assert axis == "m" and tile_m % 6 == 0
+    assert split(window, True) == split(window, False)   # 400 KB: the balance decides

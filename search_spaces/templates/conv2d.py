@@ -71,7 +71,8 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
             return {"layout": "NHWC", "M": g["N"] * g["OH"] * g["OW"], "N": g["O"],
                     "K": g["KH"] * g["KW"] * g["C"], "batches": 1,
                     "a": "direct" if pointwise else "im2col_nhwc", "b": "direct",
-                    "rows": (0, 1, 2), "cols": (3,), "pointwise": pointwise, "groups": 1}
+                    "rows": (0, 1, 2), "cols": (3,), "pointwise": pointwise, "groups": 1,
+                    "image": g["N"] * g["H"] * g["W"] * g["C"]}
         if g["data_layout"] == "NCHW" and g["kernel_layout"] == "OIHW":
             return {"layout": "NCHW", "M": g["O"] // groups, "N": g["OH"] * g["OW"],
                     "K": g["C"] // groups * g["KH"] * g["KW"], "batches": g["N"],
@@ -252,8 +253,9 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
         else:
             nr, mr = (vec if N <= vec else 2 * vec), (8 if big else 6)
         pack_b = True
+        # A is the image, read in place through the windows: what a split over N shares
         cfg = default_core_config(sp, pl["M"], pl["N"], pl["K"], max_threads, False, pack_b,
-                                  nr=nr, mr=mr)
+                                  nr=nr, mr=mr, a_bytes=pl["image"] * 4)
         ks = [v for v in sp.knob("tile_k").values if v >= pl["K"]]
         if ks and pl["K"] <= 1536:
             cfg = cfg.replace(tile_k=ks[0])
