@@ -119,3 +119,11 @@ def test_tune_with_cache_flush_records_the_mode(db_url, tmp_path):
     assert tuned, rows[:2]
     for r in tuned:
         assert r["info"]["cache_flush"] is True and r["info"]["number"] == 1, r["info"]
+    # the same workload without the flag: the two modes' times are not comparable
+    before = out.read_text()
+    p = tuner("tune", "gemm", "--shape", "48x40x32", "--trials", "4", "--threads", "1",
+              "--no-progress", "--db", db_url, "--log", str(tmp_path / "t2.jsonl"))
+    assert_one_line_error(p)
+    assert "measured with --cache-flush" in p.stderr
+    assert tuner("db", "export", "-o", str(out), "--db", db_url).returncode == 0
+    assert out.read_text() == before                      # nothing recorded

@@ -138,3 +138,9 @@ def test_tune_model_spends_the_budget_and_records(db_url, capsys, tmp_path):
     (row,) = json.loads(capsys.readouterr().out)["tasks"]
     assert row["tuned"] and row["time_source"] == "record"
     assert main(["tune", "model", "--trials", "2"]) == 2
+    # more trials measured with --cache-flush would be ranked with these: refused up front
+    capsys.readouterr()
+    assert main(["tune", "model", str(path), "--trials", "4", "--threads", "1", "--cache-flush",
+                 "--log", "", "--no-end-to-end"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "measured without --cache-flush" in err

@@ -206,7 +206,7 @@ def tune_model(graph, *, trials: int, store, target, threads: int, opt_level: in
     from search_spaces import get_template
     from tuner.compiler.compile_model import default_opt_level
     from tuner.measure.measurer import MeasureOptions, Measurer
-    from tuner.tuning import TuneOptions, tune
+    from tuner.tuning import TuneOptions, mode_conflict, tune
 
     t0 = time.perf_counter()
     model = graph if isinstance(graph, str) else graph.name
@@ -224,6 +224,11 @@ def tune_model(graph, *, trials: int, store, target, threads: int, opt_level: in
     sched = TaskScheduler(states, trials, round_size)
     start = {s.index: s.best for s in states}   # time before tuning: record, then probe
     mopts = measure_opts or MeasureOptions(threads=threads)
+    for t in tasks:   # before anything is measured: one line, nothing recorded
+        conflict = mode_conflict(store, t.workload, target, get_template(t.template), threads,
+                                 mopts.cache_flush)
+        if conflict:
+            raise UsageError(conflict)
     measurer = Measurer(mopts)
     try:
         while True:

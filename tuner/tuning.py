@@ -127,11 +127,34 @@ class _Progress:
             self.bar.close()
 
 
+def mode_conflict(store: Store, workload, target, template, threads: int,
+                  cache_flush: bool) -> str | None:
+    """Why this workload's records cannot be tuned further in this measurement mode, or None:
+    times taken with ``--cache-flush`` (operands evicted before each call) and without it are
+    not comparable, and a config's score mixes every measurement of it."""
+    rows = store.measured(workload.key, target.key, template.name, template.version, threads)
+    other = [r for r in rows.values()
+             if r.status == Status.OK.value and bool((r.info or {}).get("cache_flush")) != cache_flush]
+    if not other:
+        return None
+    was = "without" if cache_flush else "with"
+    name = workload.summary() if hasattr(workload, "summary") else str(workload)   # fused: short
+    return (f"{len(other)} record(s) of {name} on {target.key} (threads={threads}) were measured "
+            f"{was} --cache-flush: their times are not comparable with this run's; tune in the same "
+            "mode, or into another database (--db)")
+
+
 def tune(workload, template, store: Store, target, opts: TuneOptions,
          measure_opts: MeasureOptions | None = None, measurer: Measurer | None = None) -> TuneSummary:
     t_start = time.perf_counter()
     mopts = measure_opts or MeasureOptions(threads=opts.threads)
     mopts.threads = opts.threads
+    conflict = mode_conflict(store, workload, target, template, opts.threads,
+                             (measurer.opts if measurer is not None else mopts).cache_flush)
+    if conflict:
+        from workloads.errors import UsageError
+
+        raise UsageError(conflict)
     space = template.space(workload, opts.threads)
     options = strategy_options(opts.strategy, workload, template, store, target, opts.threads,
                                transfer=opts.transfer, optuna_storage=opts.optuna_storage)
