@@ -32,7 +32,7 @@ def bench_cache(path: str, *, threads: int = 1, opt_level: int | None = None,
                 kinds: tuple[str, ...] = ("conv2d", "dense"), rounds: int = 3, seed: int = 0,
                 db: str | None = None, log: Callable[[str], None] = print) -> dict:
     from tuner.compiler.compile_model import build
-    from tuner.measure.cache_flush import evict
+    from tuner.measure.cache_flush import evict, flushed_operands
     from tuner.target import host_target
     from workloads.graph.executor import random_inputs
 
@@ -46,20 +46,20 @@ def bench_cache(path: str, *, threads: int = 1, opt_level: int | None = None,
         graph = load_model(path)
     inputs = random_inputs(graph, seed=1)
     m = build(graph, threads=threads, db=db, opt_level=opt_level)
-    in_model: dict[int, float] = {}
+    in_model: dict[int, float] = {}   # by step: profile lists the steps that run a kernel
     for _ in range(max(1, rounds)):
-        for k, (_, t) in enumerate(m.profile(inputs, repeat=7)):
-            in_model[k] = min(in_model.get(k, float("inf")), t)
+        for s, t in m.profile(inputs, repeat=7):
+            in_model[id(s)] = min(in_model.get(id(s), float("inf")), t)
     rows = []
-    for k, s in enumerate(m.steps):
+    for s in m.steps:
         if s.fn is None or s.kind not in kinds:
             continue
-        flushed = list(s.args[1:-1])
+        flushed = flushed_operands(s.args[:-1])   # a step's args: its inputs..., its output
         warm = _median_call(s.fn, s.args)
         cold = _median_call(s.fn, s.args, before=lambda: evict(flushed))
         rows.append({"step": s.name, "label": s.label, "kind": s.kind, "config": s.config,
                      "shapes": [list(a.shape) for a in s.args if hasattr(a, "shape")][:2],
-                     "model_s": in_model[k], "back_to_back_s": warm, "flushed_s": cold})
+                     "model_s": in_model[id(s)], "back_to_back_s": warm, "flushed_s": cold})
     totals = {key: sum(r[key] for r in rows) for key in ("model_s", "back_to_back_s", "flushed_s")}
     data = {"kind": "bench-cache", "model": path, "threads": threads, "opt_level": m.summary.opt_level,
             "kinds": list(kinds), "rounds": rounds, "target": host_target().to_dict(),

@@ -188,23 +188,30 @@ def run_gemm(args) -> int:
     return 0
 
 
+def _check_threads_and_level(args) -> None:
+    """``--threads N`` within this machine's cores, ``--opt-level`` 0..3 (the per-model benches)."""
+    from tuner.target import usable_cores
+    from workloads.errors import UsageError
+
+    if not 1 <= args.threads <= usable_cores():
+        raise UsageError(f"--threads {args.threads}: this machine allows 1..{usable_cores()}")
+    if args.opt_level is not None and not 0 <= args.opt_level <= 3:
+        raise UsageError(f"--opt-level must be 0..3, got {args.opt_level}")
+
+
 def run_cache(args) -> int:
     import importlib.util
 
     from tuner.bench.cache_state import bench_cache, cache_markdown
-    from tuner.target import usable_cores
     from workloads.errors import UsageError
 
     if args.model.endswith(".onnx") and not importlib.util.find_spec("onnx"):
         raise UsageError("bench cache on an ONNX model needs the extra: pip install -e '.[onnx]'")
     if not Path(args.model).is_file():
         raise UsageError(f"no such model file: {args.model}")
-    if not 1 <= args.threads <= usable_cores():
-        raise UsageError(f"--threads {args.threads}: this machine allows 1..{usable_cores()}")
+    _check_threads_and_level(args)
     if args.rounds < 1:
         raise UsageError(f"--rounds must be >= 1, got {args.rounds}")
-    if args.opt_level is not None and not 0 <= args.opt_level <= 3:
-        raise UsageError(f"--opt-level must be 0..3, got {args.opt_level}")
     kinds = tuple(k for k in args.kinds.split(",") if k)
     if not kinds:
         raise UsageError("--kinds must name at least one workload kind, e.g. conv2d,dense")
@@ -311,16 +318,12 @@ def run_model(args) -> int:
 def run_tiles(args) -> int:
     from tuner.bench.tile_ab import bench_tiles, parse_variants, tiles_markdown
     from tuner.frontend import load_model
-    from tuner.target import usable_cores
     from workloads.errors import UsageError
 
     variants = parse_variants(args.variants)
-    if not 1 <= args.threads <= usable_cores():
-        raise UsageError(f"--threads {args.threads}: this machine allows 1..{usable_cores()}")
+    _check_threads_and_level(args)
     if args.tasks < 1:
         raise UsageError(f"--tasks must be >= 1, got {args.tasks}")
-    if args.opt_level is not None and not 0 <= args.opt_level <= 3:
-        raise UsageError(f"--opt-level must be 0..3, got {args.opt_level}")
     graph = load_model(args.model)
     data = bench_tiles(graph, variants, threads=args.threads, tasks=args.tasks, kind=args.kind,
                        opt_level=args.opt_level, cache_flush=args.cache_flush,
