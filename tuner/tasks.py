@@ -220,7 +220,7 @@ def tune_model(graph, *, trials: int, store, target, threads: int, opt_level: in
         tpl = get_template(t.template)
         space = tpl.space(t.workload, threads)
         recorded = len(store.measured(t.key, target.key, tpl.name, tpl.version, threads))
-        states.append(TaskState(i, t.occurrences, t.time, space.count_valid(limit=200_000), recorded))
+        states.append(TaskState(i, t.occurrences, t.time, space.count_valid(), recorded))
     sched = TaskScheduler(states, trials, round_size)
     start = {s.index: s.best for s in states}   # time before tuning: record, then probe
     mopts = measure_opts or MeasureOptions(threads=threads)

@@ -19,7 +19,7 @@ def count(path: str, threads: int = 1) -> dict:
     from tuner.compiler.compile_model import pipeline, plan_groups
     from tuner.frontend import load_model
 
-    g = pipeline(load_model(path), 2, "NHWC")
+    g = pipeline(load_model(path))  # the default level, as `build` runs it
     _groups, kernels, *_ = plan_groups(g, threads=threads, store=None, tuned=False)
     per: dict[str, list[set | int]] = defaultdict(lambda: [0, set(), set()])
     for k in kernels.values():

@@ -34,7 +34,8 @@ def run(args) -> int:
         for c in space.constraints:
             print(f"constraint: {c.name}")
         n = space.count_valid()
-        print(f"points: {space.size}" + (f", valid: {n}" if n is not None else ""))
+        print(f"points: {space.size}, valid: "
+              + (str(n) if n is not None else f"~{space.estimate_valid()} (estimated from 2000 samples)"))
         return 0
     if args.best:
         from tuner.dispatch import select_config
