@@ -35,8 +35,15 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_cache(tmp_path_factory):
-    """Generated kernels and Numba's cache go to a temporary folder shared by all tests."""
-    cache = tmp_path_factory.mktemp("tuner-cache")
+    """Generated kernels and Numba's cache go to a temporary folder shared by all tests, and
+    by all pytest-xdist workers of the run (their base folders share a parent): a kernel
+    compiled in one worker is loaded by the others. Both caches take concurrent writers (the
+    kernel file by rename, Numba's index likewise), as the build workers of a tuning run do."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        cache = tmp_path_factory.getbasetemp().parent / "tuner-cache"
+        cache.mkdir(exist_ok=True)
+    else:
+        cache = tmp_path_factory.mktemp("tuner-cache")
     old = os.environ.get("TUNER_CACHE")
     os.environ["TUNER_CACHE"] = str(cache)
     yield cache
