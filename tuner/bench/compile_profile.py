@@ -98,7 +98,7 @@ def profile(path: str, threads: int = 1) -> list[dict]:
     from tuner.measure.kernel_key import import_kernel_module
     from tuner.measure.worker import build as compile_request
 
-    g = pipeline(load_model(path), 2, "NHWC")
+    g = pipeline(load_model(path))   # the default level, as `build` runs it
     _groups, kernels, *_ = plan_groups(g, threads=threads, store=None, tuned=False)
     todo: dict[tuple, object] = {}
     for k in kernels.values():
