@@ -33,7 +33,7 @@ def workload(model: str, layer: str):
         import workloads
         return workloads.from_spec(layer)
     kh, sh = LAYERS[layer]
-    g = pipeline(load_model(model), 2, "NHWC")
+    g = pipeline(load_model(model))   # the default level, as `build` runs it
     for node in fused_groups(g):
         try:
             w = workload_for_group(node)
