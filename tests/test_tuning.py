@@ -251,7 +251,9 @@ def test_a_leader_timed_on_one_placement_is_measured_again(store):
 def test_a_run_never_ends_on_a_leader_measured_once(store):
     """The default check's rows can cost the best its lead (its slowest median rises), and
     the new leader may be a config the search measured once: ``settle_best`` measures that
-    one again and checks it against the default in turn."""
+    one again. The check was accepted and the new leader outranks the checked config, so
+    that check covers it (no check of its own, which would rotate among near-equal
+    configs); dispatch applies it."""
     from tuner.db.store import TrialRecord
     from tuner.measure.result import MeasureResult, Status
     from tuner.tuning import settle_best
@@ -287,6 +289,40 @@ def test_a_run_never_ends_on_a_leader_measured_once(store):
     assert lead.config == third
     rows = [r for r in store.trials(workload_key=w.key) if r.config_hash == third.hash]
     assert len(rows) >= 2                        # measured again before it could lead
+    assert not any((r.info or {}).get("guard") for r in rows)          # not checked itself
+    assert lead.guard and lead.guard["best"] == best.hash and lead.guard["accepted"]
+    from tuner.dispatch import select_config
+
+    sel = select_config(w, t, store, target, threads=1, quiet=True)
+    assert sel.config == third and sel.source == "tuned"
+
+
+def test_after_a_refused_check_the_new_leader_is_checked_in_turn(store):
+    """A check that keeps the default covers nothing: the leader its rows make is measured
+    again and checked against the default itself."""
+    from tuner.db.store import TrialRecord
+    from tuner.measure.result import MeasureResult, Status
+    from tuner.tuning import settle_best
+
+    class Given:
+        def fresh_runner(self):
+            pass
+
+        def measure(self, workload, template, configs, cutoff_s=None):
+            return [MeasureResult(Status.OK, [medians[c]] * 3) for c in configs]
+
+    w, t, target = Gemm.parse("8x8x13"), SleepyGemm(), host_target()
+    default, best, third = t.default_config(w, 1), Config({"delay": 2}), Config({"delay": 4})
+    ok = lambda s: MeasureResult(Status.OK, [s] * 3)   # noqa: E731
+    run = store.start_run(target, "test", "grid", 1)
+    store.add_trials(run, w, target, [TrialRecord(t.name, t.version, c, 1, r) for c, r in [
+        (default, ok(1.0e-3)), (default, ok(1.0e-3)), (best, ok(0.9e-3)), (best, ok(0.9e-3)),
+        (third, ok(0.95e-3))]])
+    # side by side the best is no faster than the default (refused), and third is faster
+    medians = {default: 1.0e-3, best: 1.0e-3, third: 0.5e-3}
+    settle_best(store, Given(), w, t, target, TuneOptions(progress=False, remeasure_top=1), run)
+    lead = store.best(w.key, target.key, 1, t.name, t.version)
+    assert lead.config == third
     assert lead.guard and lead.guard["best"] == third.hash and lead.guard["accepted"]
 
 

@@ -79,8 +79,10 @@ def _guard(b) -> str:
     """The side-by-side check against the template's default: margin (default time / tuned
     time), noise, and whether dispatch applies the tuned config."""
     g = b.guard
-    if not g or g.get("best") != b.config.hash:
+    if not g:
         return "-"
+    if g.get("best") != b.config.hash:   # the check of an accepted config it outranks
+        return f">{g['margin']:.3f} (ranks above a checked config; noise {g['noise']:.3f}, applied)"
     return f"{g['margin']:.3f} (noise {g['noise']:.3f}, {'applied' if g['accepted'] else 'default kept'})"
 
 

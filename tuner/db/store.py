@@ -305,6 +305,8 @@ class Store:
             first = cfg_rows[0]
             worst = max(cfg_rows, key=lambda x: x.median)
             guards = [g for g in ((r.info or {}).get("guard") for r in cfg_rows) if g]
+            if not guards:
+                guards = [g for g in [_covering_guard(ranked[1:])] if g]
             out.append(Best(workload_key=wkey, target_key=tkey, template=tmpl, template_version=ver,
                             config=Config.from_json(first.config), threads=thr, median=score,
                             gflops=worst.gflops, measurements=len(cfg_rows), trial_id=worst.id,
@@ -338,3 +340,17 @@ class Store:
     def runs(self) -> list[RunRow]:
         with self.session() as s:
             return list(s.scalars(select(RunRow).order_by(RunRow.started_at)).all())
+
+
+def _covering_guard(below: list) -> dict | None:
+    """The latest accepted side-by-side check against the default of a config ranked below
+    the leader (``below``: ``rank_configs`` pairs): the leader, faster by its slowest median
+    than a config that beat the default beyond the noise, beats the default too, so it needs
+    no check of its own (``tuning.settle_best`` stops there rather than checking each new
+    leader among near-equal configs in turn). None when there is none."""
+    for _, rows in below:
+        for r in reversed(rows):
+            g = (r.info or {}).get("guard")
+            if g and g.get("accepted") and g.get("best") == r.config_hash:
+                return g
+    return None
