@@ -248,6 +248,26 @@ def test_a_leader_timed_on_one_placement_is_measured_again(store):
     assert store.best(w.key, target.key, 1, t.name, t.version).config == full
 
 
+class GivenMedians:
+    """A measurer giving per-config medians, in call order; the last one repeats."""
+
+    def __init__(self, medians):
+        self.medians, self.measured = medians, []
+
+    def fresh_runner(self):
+        pass
+
+    def measure(self, workload, template, configs, cutoff_s=None):
+        from tuner.measure.result import MeasureResult, Status
+
+        self.measured += configs
+        out = []
+        for c in configs:
+            m = self.medians[c]
+            out.append(MeasureResult(Status.OK, [m.pop(0) if len(m) > 1 else m[0]] * 3))
+        return out
+
+
 def test_a_run_never_ends_on_a_leader_measured_once(store):
     """The default check's rows can cost the best its lead (its slowest median rises), and
     the new leader may be a config the search measured once: ``settle_best`` measures that
@@ -258,23 +278,6 @@ def test_a_run_never_ends_on_a_leader_measured_once(store):
     from tuner.measure.result import MeasureResult, Status
     from tuner.tuning import settle_best
 
-    class Given:
-        """Per-config medians, in call order; the last one repeats."""
-
-        def __init__(self, medians):
-            self.medians, self.measured = medians, []
-
-        def fresh_runner(self):
-            pass
-
-        def measure(self, workload, template, configs, cutoff_s=None):
-            self.measured += configs
-            out = []
-            for c in configs:
-                m = self.medians[c]
-                out.append(MeasureResult(Status.OK, [m.pop(0) if len(m) > 1 else m[0]] * 3))
-            return out
-
     w, t, target = Gemm.parse("8x8x13"), SleepyGemm(), host_target()
     default, best, third = t.default_config(w, 1), Config({"delay": 2}), Config({"delay": 4})
     ok = lambda s: MeasureResult(Status.OK, [s] * 3)   # noqa: E731
@@ -283,7 +286,7 @@ def test_a_run_never_ends_on_a_leader_measured_once(store):
         (default, ok(2.0e-3)), (default, ok(2.0e-3)), (best, ok(1.0e-3)), (best, ok(1.0e-3)),
         (third, ok(1.1e-3))]])          # third: measured once, behind the best
     # the check times the best at 1.3 ms (slower than third's single 1.1 ms), third holds 1.1
-    given = Given({default: [2.0e-3], best: [1.3e-3], third: [1.1e-3]})
+    given = GivenMedians({default: [2.0e-3], best: [1.3e-3], third: [1.1e-3]})
     settle_best(store, given, w, t, target, TuneOptions(progress=False, remeasure_top=1), run)
     lead = store.best(w.key, target.key, 1, t.name, t.version)
     assert lead.config == third
@@ -304,13 +307,6 @@ def test_after_a_refused_check_the_new_leader_is_checked_in_turn(store):
     from tuner.measure.result import MeasureResult, Status
     from tuner.tuning import settle_best
 
-    class Given:
-        def fresh_runner(self):
-            pass
-
-        def measure(self, workload, template, configs, cutoff_s=None):
-            return [MeasureResult(Status.OK, [medians[c]] * 3) for c in configs]
-
     w, t, target = Gemm.parse("8x8x13"), SleepyGemm(), host_target()
     default, best, third = t.default_config(w, 1), Config({"delay": 2}), Config({"delay": 4})
     ok = lambda s: MeasureResult(Status.OK, [s] * 3)   # noqa: E731
@@ -319,8 +315,8 @@ def test_after_a_refused_check_the_new_leader_is_checked_in_turn(store):
         (default, ok(1.0e-3)), (default, ok(1.0e-3)), (best, ok(0.9e-3)), (best, ok(0.9e-3)),
         (third, ok(0.95e-3))]])
     # side by side the best is no faster than the default (refused), and third is faster
-    medians = {default: 1.0e-3, best: 1.0e-3, third: 0.5e-3}
-    settle_best(store, Given(), w, t, target, TuneOptions(progress=False, remeasure_top=1), run)
+    given = GivenMedians({default: [1.0e-3], best: [1.0e-3], third: [0.5e-3]})
+    settle_best(store, given, w, t, target, TuneOptions(progress=False, remeasure_top=1), run)
     lead = store.best(w.key, target.key, 1, t.name, t.version)
     assert lead.config == third
     assert lead.guard and lead.guard["best"] == third.hash and lead.guard["accepted"]
