@@ -300,12 +300,12 @@ def test_a_run_never_ends_on_a_leader_measured_once(store):
     assert sel.config == third and sel.source == "tuned"
 
 
-def test_after_a_refused_check_the_new_leader_is_checked_in_turn(store):
-    """A check that keeps the default covers nothing: the leader its rows make is measured
-    again and checked against the default itself."""
+def _three_configs(store, third_ms: float):
+    """A workload with records for the default (1.0 ms twice), a best (0.9 ms twice) and a
+    third config measured once at ``third_ms``: (workload, template, target, default, best,
+    third, run id)."""
     from tuner.db.store import TrialRecord
     from tuner.measure.result import MeasureResult, Status
-    from tuner.tuning import settle_best
 
     w, t, target = Gemm.parse("8x8x13"), SleepyGemm(), host_target()
     default, best, third = t.default_config(w, 1), Config({"delay": 2}), Config({"delay": 4})
@@ -313,7 +313,16 @@ def test_after_a_refused_check_the_new_leader_is_checked_in_turn(store):
     run = store.start_run(target, "test", "grid", 1)
     store.add_trials(run, w, target, [TrialRecord(t.name, t.version, c, 1, r) for c, r in [
         (default, ok(1.0e-3)), (default, ok(1.0e-3)), (best, ok(0.9e-3)), (best, ok(0.9e-3)),
-        (third, ok(0.95e-3))]])
+        (third, ok(third_ms * 1e-3))]])
+    return w, t, target, default, best, third, run
+
+
+def test_after_a_refused_check_the_new_leader_is_checked_in_turn(store):
+    """A check that keeps the default covers nothing: the leader its rows make is measured
+    again and checked against the default itself."""
+    from tuner.tuning import settle_best
+
+    w, t, target, default, best, third, run = _three_configs(store, 0.95)
     # side by side the best is no faster than the default (refused), and third is faster
     given = GivenMedians({default: [1.0e-3], best: [1.0e-3], third: [0.5e-3]})
     settle_best(store, given, w, t, target, TuneOptions(progress=False, remeasure_top=1), run)
@@ -362,3 +371,21 @@ def test_gemm_seeds_the_isas_other_default():
         assert len(t.seed_configs(Gemm.parse("24x40x16"), 2)) == 1
     with isa.using(isa.AVX2):
         assert len(t.seed_configs(w, 2)) == 1
+
+
+def test_a_leader_tied_with_a_refused_config_keeps_the_default_unchecked(store):
+    """A refused check covers a new leader within its bar of the refused config (a tie
+    with a config that did not beat the default): measured again, not checked, and dispatch
+    keeps the default for it."""
+    from tuner.dispatch import select_config
+    from tuner.tuning import settle_best
+
+    w, t, target, default, best, third, run = _three_configs(store, 0.99)
+    given = GivenMedians({default: [1.0e-3], best: [1.0e-3], third: [0.99e-3]})
+    settle_best(store, given, w, t, target, TuneOptions(progress=False, remeasure_top=1), run)
+    lead = store.best(w.key, target.key, 1, t.name, t.version)
+    assert lead.config == third and lead.measurements >= 2
+    assert given.measured.count(third) == 1                    # measured again, never checked
+    assert lead.guard["best"] == best.hash and not lead.guard["accepted"]
+    sel = select_config(w, t, store, target, threads=1, quiet=True)
+    assert sel.config == default and "default kept" in sel.note

@@ -84,12 +84,14 @@ def select_config(workload, template, store: Store, target: Target | None = None
             best = None
     if best is not None:
         g = best.guard
-        if g and g.get("best") == best.config.hash and not g.get("accepted", True):
-            # the tuned config did not beat the template's default side by side beyond the
-            # measured noise: keep the default (a tuned decision, recorded with its margin)
+        if g and not g.get("accepted", True):
+            # the tuned config (or one it ties: Store.best_many) did not beat the template's
+            # default side by side beyond the measured noise: keep the default (a tuned
+            # decision, recorded with its margin)
+            tie = "" if g.get("best") == best.config.hash else " (a config it ties)"
             return Selection(template.default_config(workload, threads), "tuned", best,
-                             f"default kept: the tuned config's margin {g['margin']:.3f} is within "
-                             f"the noise {g['noise']:.3f} of a side-by-side re-measurement")
+                             f"default kept: the tuned config's{tie} margin {g['margin']:.3f} is "
+                             f"within the noise {g['noise']:.3f} of a side-by-side re-measurement")
         drift = _version_drift(best, target)
         if not drift:
             return Selection(best.config, "tuned", best)

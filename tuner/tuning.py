@@ -343,10 +343,10 @@ def settle_best(store: Store, measurer: Measurer, workload, template, target,
     """The end of a run: re-measure the leaders (``_remeasure_top``), then check the best
     against the template's default (``guard_against_default``). The check's own rows can
     change the ranking (a best timed slower in it loses its lead, possibly to a config the
-    search measured once): after an accepted check the new leader is measured again (it
-    outranks a config that beat the default, so that check covers it); after a refused one
-    both repeat until the check measures nothing. The best a run ends with has been measured
-    at least twice, on every placement, and carries its check or one that covers it. At most
+    search measured once): the new leader is measured again and, unless the check covers it
+    (it outranks a config that beat the default, or ties one that did not), checked in
+    turn, until the check measures nothing. The best a run ends with has been measured at
+    least twice, on every placement, and carries its check or one that covers it. At most
     ``max_rounds`` times; every round measures only configs that lack that."""
     if opts.remeasure_top <= 0:
         return
@@ -355,17 +355,13 @@ def settle_best(store: Store, measurer: Measurer, workload, template, target,
         _remeasure_top(store, measurer, workload, template, target, opts, run_id)
         if opts.guard_rounds <= 0:
             return
-        guard = guard_against_default(store, measurer, workload, template, target, opts, run_id)
-        if guard is None:
-            return
-        if guard["accepted"]:
-            # A leader the check's rows make (the checked best's slowest median rose) ranks
-            # above a config that beat the default beyond the noise, so it beats it too
-            # (``Store.best_many`` gives it that check: ``_covering_guard``): measured twice
-            # on every placement, it needs no check of its own. Checking each new leader
-            # among near-equal configs in turn took 23 re-measurements (~20 s) of a 1024^3
-            # run on the Xeon compiling for znver3, 2026-12-03.
-            _remeasure_top(store, measurer, workload, template, target, opts, run_id)
+        # A leader the check's rows make (the checked best's slowest median rose) and that
+        # the check covers (``Store.best_many``'s ``_covering_guard``: it outranks a config
+        # that beat the default, or ties one that did not) is measured again by the next
+        # round's ``_remeasure_top`` but not checked itself: checking each new leader among
+        # near-equal configs in turn took 23 re-measurements (~20 s) of a 1024^3 run on the
+        # Xeon compiling for znver3, 2026-12-03.
+        if guard_against_default(store, measurer, workload, template, target, opts, run_id) is None:
             return
 
 
@@ -393,7 +389,8 @@ def guard_against_default(store: Store, measurer: Measurer, workload, template, 
     ok = {rs[0].config_hash for _, rs in ranked}
     if best == default or default.hash not in ok:
         return None
-    if any((r.info or {}).get("guard") for r in ranked[0][1]):
+    lead = store.best(workload.key, target.key, opts.threads, template.name, template.version)
+    if lead is not None and lead.guard:   # its own check, or one that covers it
         return None
     per = {default.hash: [], best.hash: []}
     records = []
@@ -412,7 +409,8 @@ def guard_against_default(store: Store, measurer: Measurer, workload, template, 
     noise = max((max(v) - min(v)) / low[h] for h, v in per.items())
     margin = low[default.hash] / low[best.hash]
     guard = {"default": default.hash, "best": best.hash, "margin": round(margin, 4),
-             "noise": round(noise, 4), "accepted": margin > 1 + max(noise, opts.guard_min_margin),
+             "noise": round(noise, 4), "min_margin": opts.guard_min_margin,
+             "accepted": margin > 1 + max(noise, opts.guard_min_margin),
              "rounds": opts.guard_rounds}
     for _, r in records:
         r.info = {**(r.info or {}), "guard": guard}

@@ -81,8 +81,10 @@ def _guard(b) -> str:
     g = b.guard
     if not g:
         return "-"
-    if g.get("best") != b.config.hash:   # the check of an accepted config it outranks
-        return f">{g['margin']:.3f} (ranks above a checked config; noise {g['noise']:.3f}, applied)"
+    if g.get("best") != b.config.hash:   # the check of a config it outranks or ties
+        if g["accepted"]:
+            return f">{g['margin']:.3f} (ranks above a checked config; noise {g['noise']:.3f}, applied)"
+        return f"~{g['margin']:.3f} (ties a checked config; noise {g['noise']:.3f}, default kept)"
     return f"{g['margin']:.3f} (noise {g['noise']:.3f}, {'applied' if g['accepted'] else 'default kept'})"
 
 

@@ -119,11 +119,13 @@ def run(args) -> int:
     print(f"best     : {b.config.to_json()}")
     print(f"           median {fmt_time(b.median)}, {workload.flops() / b.median / 1e9:.1f} GFLOPS "
           f"({b.measurements} measurements, slowest median counts)")
-    g = b.guard if b.guard and b.guard.get("best") == b.config.hash else None
+    g = b.guard
     if g:
         verdict = ("the tuned config is applied" if g["accepted"]
                    else "within noise: dispatch keeps the template's default")
-        print(f"default  : margin {g['margin']:.3f} (default time / best time, side by side; "
+        whose = ("" if g.get("best") == b.config.hash else
+                 " of a config the best outranks" if g["accepted"] else " of a config the best ties")
+        print(f"default  : margin{whose} {g['margin']:.3f} (default time / its time, side by side; "
               f"noise {g['noise']:.3f}): {verdict}")
     if base:
         print(f"numpy    : median {fmt_time(base)}, {workload.flops() / base / 1e9:.1f} GFLOPS "

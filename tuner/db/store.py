@@ -306,7 +306,7 @@ class Store:
             worst = max(cfg_rows, key=lambda x: x.median)
             guards = [g for g in ((r.info or {}).get("guard") for r in cfg_rows) if g]
             if not guards:
-                guards = [g for g in [_covering_guard(ranked[1:])] if g]
+                guards = [g for g in [_covering_guard(score, ranked[1:])] if g]
             out.append(Best(workload_key=wkey, target_key=tkey, template=tmpl, template_version=ver,
                             config=Config.from_json(first.config), threads=thr, median=score,
                             gflops=worst.gflops, measurements=len(cfg_rows), trial_id=worst.id,
@@ -342,15 +342,21 @@ class Store:
             return list(s.scalars(select(RunRow).order_by(RunRow.started_at)).all())
 
 
-def _covering_guard(below: list) -> dict | None:
-    """The latest accepted side-by-side check against the default of a config ranked below
-    the leader (``below``: ``rank_configs`` pairs): the leader, faster by its slowest median
-    than a config that beat the default beyond the noise, beats the default too, so it needs
-    no check of its own (``tuning.settle_best`` stops there rather than checking each new
-    leader among near-equal configs in turn). None when there is none."""
-    for _, rows in below:
+def _covering_guard(score: float, below: list) -> dict | None:
+    """A side-by-side check against the default (``tuning.guard_against_default``) that
+    decides for a leader scored ``score`` without one of its own, from the configs ranked
+    below it (``below``: ``rank_configs`` pairs), latest first: an accepted check of any of
+    them (faster than a config that beat the default beyond the noise, the leader beats it
+    too), or a refused one of a config within that check's bar of the leader (a tie with a
+    config that did not beat the default: the default is kept). None otherwise: the leader
+    needs its own check. So ``tuning.settle_best`` does not check each new leader among
+    near-equal configs in turn."""
+    for other, rows in below:
         for r in reversed(rows):
             g = (r.info or {}).get("guard")
-            if g and g.get("accepted") and g.get("best") == r.config_hash:
+            if not g or g.get("best") != r.config_hash:
+                continue
+            bar = 1 + max(g.get("noise", 0.0), g.get("min_margin", 0.02))
+            if g.get("accepted") or other <= score * bar:
                 return g
     return None
