@@ -138,3 +138,18 @@ def test_bench_cache_times_each_kernel_in_the_model_and_alone(tmp_path):
     assert rep.returncode == 0 and "model / flushed" in rep.stdout and "sum of" in rep.stdout
     assert_one_line_error(tuner("bench", "cache", CONV_BLOCK, "--rounds", "0"))
     assert_one_line_error(tuner("bench", "cache", "/nonexistent.onnx"))
+
+
+def test_measured_fma_peak_halves_for_float64():
+    """The "% peak" denominator is measured (FMA chains at the compile target's vector width),
+    not read from a table; float64 has half the lanes of float32 at the same FMA rate."""
+    import math
+
+    from tuner.bench.peak import measured_fma_gflops, peak_gflops
+    from tuner.target import host_target
+
+    f32, f64 = measured_fma_gflops("float32"), measured_fma_gflops("float64")
+    assert math.isfinite(f32) and f32 > 1.0
+    assert 0.25 < f64 / f32 < 0.8, (f32, f64)
+    assert peak_gflops(host_target(), "float32", 2) == 2 * f32
+    assert peak_gflops(host_target(), "int8", 1) is None

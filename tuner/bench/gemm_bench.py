@@ -25,7 +25,7 @@ from pathlib import Path
 
 from search_spaces import get_template, template_for
 from tuner.bench.dispatched import time_dispatched
-from tuner.bench.peak import measured_ghz, peak_gflops
+from tuner.bench.peak import estimated_peak_gflops, measured_ghz, peak_gflops
 from tuner.dispatch import select_config
 from tuner.measure.measurer import MeasureOptions, Measurer
 from tuner.measure.result import summarize
@@ -122,6 +122,8 @@ def bench_gemm(shapes, dtypes, threads_list, store, tune_trials: int = 0, strate
     return {"kind": "bench-gemm", "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "target": target.to_dict(), "measured_ghz": measured_ghz(),
             "peak_gflops_per_core": {d: peak_gflops(target, d, 1) for d in dtypes},
+            "peak_source": "measured FMA throughput (tuner.bench.peak.measured_fma_gflops)",
+            "estimated_peak_gflops_per_core": {d: estimated_peak_gflops(target, d, 1) for d in dtypes},
             "call_overhead_s": overhead, "settings": mopts.__dict__,
             "blas": blas_coretypes(rows),
             "openblas_coretype_env": os.environ.get("OPENBLAS_CORETYPE"),
@@ -175,6 +177,9 @@ def table_markdown(data: dict) -> str:
     lines = [f"{data['kind']} on {t['cpu_name']} ({t['cores']} cores), {data['date']}, "
              f"numba {t['versions']['numba']}, numpy {t['versions']['numpy']}, "
              f"measured clock {data['measured_ghz']:.2f} GHz"
+             + (f", % peak of the measured FMA throughput "
+                f"({data['peak_gflops_per_core'].get('float32') or 0:.0f} fp32 GFLOPS per core)"
+                if data.get("peak_source") else "")
              + (f", baseline {'; '.join(data['blas'])}" if data.get("blas") else ""),
              "", "| threads | dtype | shape | config | kernel ms | numpy ms | kernel GFLOPS | "
              "numpy GFLOPS | ratio | % peak | placement spread kernel / numpy | dispatched ms | "

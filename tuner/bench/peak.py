@@ -1,4 +1,11 @@
-"""An estimate of the core's floating-point peak: measured frequency x FLOPs per cycle.
+"""A core's floating-point peak, two ways: measured FMA throughput (``measured_fma_gflops``,
+what ``peak_gflops`` and ``bench gemm``'s "% peak" use), and an estimate from the measured
+frequency x FLOPs per cycle (``estimated_peak_gflops``), below.
+
+The estimate's table can be wrong for a CPU it does not name, and a VM's clock reading can
+be off: on the Intel Xeon VM of 2026-12-03 (LLVM ``rocketlake``) the estimate was 298 fp32
+GFLOPS per core, the measured FMA throughput 198, so "% peak" read 48% for OpenBLAS's 146
+GFLOPS where 74% of what the core can do was the truth (docs/isa.md).
 
 Frequency is measured, not read from a table: a Numba loop of dependent integer adds runs at
 one add per cycle, so adds per second of this thread's CPU time is the clock the core runs at
@@ -49,8 +56,54 @@ def measured_ghz(n: int = 200_000_000) -> float:
     return n / best / 1e9
 
 
-def peak_gflops(target, dtype: str, threads: int) -> float | None:
+def estimated_peak_gflops(target, dtype: str, threads: int) -> float | None:
+    """Measured clock x the table's FMA lanes per cycle x 2 FLOPs x threads."""
     if dtype not in ("float32", "float64"):
         return None
     lanes = fma_lanes_fp32(target) // (2 if dtype == "float64" else 1)
     return measured_ghz() * lanes * 2 * threads
+
+
+_FMA_CHAINS = 12   # independent accumulators: enough for 2 pipes x 4-6 cycles of latency,
+                   # and with the two operands they fit AVX2's 16 registers
+
+
+@functools.lru_cache(maxsize=None)
+def measured_fma_gflops(dtype: str = "float32", n: int = 5_000_000) -> float:
+    """One core's fused multiply-add throughput at the compile target's vector width
+    (``search_spaces.isa``: what the kernels are generated for, ``TUNER_CPU`` included):
+    ``_FMA_CHAINS`` independent vector accumulators each updated by ``vfma`` (``llvm.fma``)
+    ``n`` times, in registers, no memory traffic; FLOPs per second of this thread's CPU
+    time, best of three. No kernel can beat it on this core."""
+    import numpy as np
+    import numba
+
+    from search_spaces import isa
+
+    lanes, k = isa.current().lanes(dtype), _FMA_CHAINS
+    lines = ["from search_spaces.runtime.simd import vfma, vload, vstore",
+             "def fma_chains(x, n):"]
+    lines += [f"    a{i} = vload(x, {i * lanes}, {lanes})" for i in range(k + 2)]
+    lines += ["    for _ in range(n):"]
+    lines += [f"        a{i} = vfma(a{i}, a{k}, a{k + 1})" for i in range(k)]
+    lines += [f"    vstore(x, {i * lanes}, a{i})" for i in range(k)]
+    ns: dict = {}
+    exec(compile("\n".join(lines), "<fma_chains>", "exec"), ns)
+    fn = numba.njit(ns["fma_chains"])
+    x = np.full((k + 2) * lanes, 0.5, dtype)
+    x[k * lanes:] = 0.999        # a <- a * 0.999 + 0.999: bounded, no denormals
+    fn(x, 10)
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.thread_time()
+        fn(x, n)
+        best = min(best, time.thread_time() - t0)
+    return k * n * lanes * 2 / best / 1e9
+
+
+def peak_gflops(target, dtype: str, threads: int) -> float | None:
+    """The measured FMA throughput of one core (``measured_fma_gflops``) x threads: the
+    denominator of "% peak". None for an integer dtype."""
+    if dtype not in ("float32", "float64"):
+        return None
+    return measured_fma_gflops(dtype) * threads
