@@ -47,6 +47,12 @@ def test_target_json():
     assert p.returncode == 0
     t = json.loads(p.stdout)
     assert t["key"] and t["cores"] >= 1 and "numba" in t["versions"]
+    assert "peak_gflops_per_core" not in t                  # measured only when asked
+    p = tuner("target", "--peak", "--json")
+    peak = json.loads(p.stdout)["peak_gflops_per_core"]
+    assert p.returncode == 0 and peak["float32"] > peak["float64"] > 0
+    p = tuner("target", "--peak")
+    assert p.returncode == 0 and "GFLOPS per core (measured FMA" in p.stdout
 
 
 def test_show_prints_readable_source_and_space():
