@@ -389,3 +389,21 @@ def test_a_leader_tied_with_a_refused_config_keeps_the_default_unchecked(store):
     assert lead.guard["best"] == best.hash and not lead.guard["accepted"]
     sel = select_config(w, t, store, target, threads=1, quiet=True)
     assert sel.config == default and "default kept" in sel.note
+
+
+def test_a_leader_no_faster_than_the_default_is_covered_by_a_refused_check(store):
+    """After a refused check, a new leader well ahead of the refused config but within the bar
+    of the default's own score is no faster than the default beyond the noise: the default is
+    kept, and the leader is not checked."""
+    from tuner.dispatch import select_config
+    from tuner.tuning import settle_best
+
+    w, t, target, default, best, third, run = _three_configs(store, 0.985)
+    # side by side the best is slower than the default (refused; its slowest median 1.05),
+    # third (0.985) is more than the bar ahead of it, but within it of the default (1.0)
+    given = GivenMedians({default: [0.98e-3], best: [1.05e-3], third: [0.985e-3]})
+    settle_best(store, given, w, t, target, TuneOptions(progress=False, remeasure_top=1), run)
+    lead = store.best(w.key, target.key, 1, t.name, t.version)
+    assert lead.config == third and given.measured.count(third) == 1
+    assert lead.guard["best"] == best.hash and not lead.guard["accepted"]
+    assert select_config(w, t, store, target, threads=1, quiet=True).config == default

@@ -348,15 +348,18 @@ def _covering_guard(score: float, below: list) -> dict | None:
     below it (``below``: ``rank_configs`` pairs), latest first: an accepted check of any of
     them (faster than a config that beat the default beyond the noise, the leader beats it
     too), or a refused one of a config within that check's bar of the leader (a tie with a
-    config that did not beat the default: the default is kept). None otherwise: the leader
-    needs its own check. So ``tuning.settle_best`` does not check each new leader among
-    near-equal configs in turn."""
+    config that did not beat the default: the default is kept), or a refused one whose default
+    scores within that bar of the leader (no faster than the default beyond the noise: kept
+    too). None otherwise: the leader needs its own check. So ``tuning.settle_best`` does not
+    check each new leader among near-equal configs in turn."""
+    scores = {rows[0].config_hash: sc for sc, rows in below}
     for other, rows in below:
         for r in reversed(rows):
             g = (r.info or {}).get("guard")
             if not g or g.get("best") != r.config_hash:
                 continue
             bar = 1 + max(g.get("noise", 0.0), g.get("min_margin", 0.02))
-            if g.get("accepted") or other <= score * bar:
+            default = scores.get(g.get("default"), float("inf"))
+            if g.get("accepted") or other <= score * bar or default <= score * bar:
                 return g
     return None
