@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from search_spaces.space import Config
 from tuner.db.claims import Claims
 from tuner.db.jsonl import RunLog
-from tuner.db.store import Best, Store, TrialRecord, placements_cut, rank_configs
+from tuner.db.store import Best, Store, TrialRecord, leader_guard, placements_cut, rank_configs
 from tuner.measure.measurer import MeasureOptions, Measurer
 from tuner.measure.result import MeasureResult, Status, summarize
 from tuner.search import make_strategy
@@ -389,8 +389,7 @@ def guard_against_default(store: Store, measurer: Measurer, workload, template, 
     ok = {rs[0].config_hash for _, rs in ranked}
     if best == default or default.hash not in ok:
         return None
-    lead = store.best(workload.key, target.key, opts.threads, template.name, template.version)
-    if lead is not None and lead.guard:   # its own check, or one that covers it
+    if leader_guard(ranked):   # its own check, or one that covers it
         return None
     per = {default.hash: [], best.hash: []}
     records = []

@@ -304,14 +304,12 @@ class Store:
             score, cfg_rows = ranked[0]
             first = cfg_rows[0]
             worst = max(cfg_rows, key=lambda x: x.median)
-            guards = [g for g in ((r.info or {}).get("guard") for r in cfg_rows) if g]
-            if not guards:
-                guards = [g for g in [_covering_guard(score, ranked[1:])] if g]
+            guard = leader_guard(ranked)
             out.append(Best(workload_key=wkey, target_key=tkey, template=tmpl, template_version=ver,
                             config=Config.from_json(first.config), threads=thr, median=score,
                             gflops=worst.gflops, measurements=len(cfg_rows), trial_id=worst.id,
                             versions=dict(worst.versions), created_at=str(worst.created_at),
-                            guard=guards[-1] if guards else None))
+                            guard=guard))
         out.sort(key=lambda b: (b.workload_key, b.target_key, b.threads, b.median))
         return out
 
@@ -340,6 +338,17 @@ class Store:
     def runs(self) -> list[RunRow]:
         with self.session() as s:
             return list(s.scalars(select(RunRow).order_by(RunRow.started_at)).all())
+
+
+def leader_guard(ranked: list) -> dict | None:
+    """The side-by-side check against the default that decides for the leader of ``ranked``
+    (``rank_configs`` pairs, best first): its own latest one, else one that covers it
+    (``_covering_guard``); None when it needs one of its own."""
+    if not ranked:
+        return None
+    score, rows = ranked[0]
+    own = [g for g in ((r.info or {}).get("guard") for r in rows) if g]
+    return own[-1] if own else _covering_guard(score, ranked[1:])
 
 
 def _covering_guard(score: float, below: list) -> dict | None:
