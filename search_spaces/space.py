@@ -214,6 +214,14 @@ class ConfigSpace:
         hits = sum(self.is_valid(self.get(rng.randrange(self.size))) for _ in range(samples))
         return round(self.size * hits / samples)
 
+    def valid_text(self, samples: int = 2000) -> str:
+        """The valid-config count as ``tune`` and ``show --space`` print it: exact, or
+        ``~N (estimated from S samples)`` past ``count_valid``'s limit."""
+        n = self.count_valid()
+        if n is not None:
+            return str(n)
+        return f"~{self.estimate_valid(samples)} (estimated from {samples} samples)"
+
     def neighbours(self, config: Config) -> list[Config]:
         """Valid configs differing in one knob by one step (ordinal) or any value (categorical)."""
         out = []

@@ -124,13 +124,10 @@ def tune(spec: str | Workload, *, trials: int = 64, strategy: str = "model",
     store = open_store(db)
     if echo is not None:
         space = tpl.space(w, n)
-        n_valid = space.count_valid()
-        valid = (f", {n_valid} valid" if n_valid is not None
-                 else f", ~{space.estimate_valid()} valid (estimated from 2000 samples)")
         echo(f"workload : {w}  ({w.flops() / 1e9:.3f} GFLOP)")
         echo(f"target   : {target.key}, {n} thread(s)")
-        echo(f"template : {tpl.name} v{tpl.version}, {len(space.knobs)} knobs, {space.size} points"
-             + valid)
+        echo(f"template : {tpl.name} v{tpl.version}, {len(space.knobs)} knobs, {space.size} points, "
+             f"valid {space.valid_text()}")
         echo(f"search   : {strategy}, {trials} trials, seed {seed}, db {store.url}")
     s = run_tuning(w, tpl, store, target, opts, mopts)
     b = s.best

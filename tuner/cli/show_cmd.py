@@ -33,9 +33,7 @@ def run(args) -> int:
             print(f"{k.name:14s} {kind:11s} {list(k.values)}")
         for c in space.constraints:
             print(f"constraint: {c.name}")
-        n = space.count_valid()
-        print(f"points: {space.size}, valid: "
-              + (str(n) if n is not None else f"~{space.estimate_valid()} (estimated from 2000 samples)"))
+        print(f"points: {space.size}, valid: {space.valid_text()}")
         return 0
     if args.best:
         from tuner.dispatch import select_config
