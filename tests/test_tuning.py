@@ -268,23 +268,33 @@ class GivenMedians:
         return out
 
 
-def test_a_run_never_ends_on_a_leader_measured_once(store):
-    """The default check's rows can cost the best its lead (its slowest median rises), and
-    the new leader may be a config the search measured once: ``settle_best`` measures that
-    one again. The check was accepted and the new leader outranks the checked config, so
-    that check covers it (no check of its own, which would rotate among near-equal
-    configs); dispatch applies it."""
+def _three_configs(store, third_ms: float, default_ms: float = 1.0, best_ms: float = 0.9):
+    """A workload with records for the default (``default_ms`` twice), a best (``best_ms``
+    twice) and a third config measured once at ``third_ms``: (workload, template, target,
+    default, best, third, run id)."""
     from tuner.db.store import TrialRecord
     from tuner.measure.result import MeasureResult, Status
-    from tuner.tuning import settle_best
 
     w, t, target = Gemm.parse("8x8x13"), SleepyGemm(), host_target()
     default, best, third = t.default_config(w, 1), Config({"delay": 2}), Config({"delay": 4})
     ok = lambda s: MeasureResult(Status.OK, [s] * 3)   # noqa: E731
     run = store.start_run(target, "test", "grid", 1)
     store.add_trials(run, w, target, [TrialRecord(t.name, t.version, c, 1, r) for c, r in [
-        (default, ok(2.0e-3)), (default, ok(2.0e-3)), (best, ok(1.0e-3)), (best, ok(1.0e-3)),
-        (third, ok(1.1e-3))]])          # third: measured once, behind the best
+        (default, ok(default_ms * 1e-3)), (default, ok(default_ms * 1e-3)),
+        (best, ok(best_ms * 1e-3)), (best, ok(best_ms * 1e-3)), (third, ok(third_ms * 1e-3))]])
+    return w, t, target, default, best, third, run
+
+
+def test_a_run_never_ends_on_a_leader_measured_once(store):
+    """The default check's rows can cost the best its lead (its slowest median rises), and
+    the new leader may be a config the search measured once: ``settle_best`` measures that
+    one again. The check was accepted and the new leader outranks the checked config, so
+    that check covers it (no check of its own, which would rotate among near-equal
+    configs); dispatch applies it."""
+    from tuner.tuning import settle_best
+
+    # third: measured once, behind the best
+    w, t, target, default, best, third, run = _three_configs(store, 1.1, default_ms=2.0, best_ms=1.0)
     # the check times the best at 1.3 ms (slower than third's single 1.1 ms), third holds 1.1
     given = GivenMedians({default: [2.0e-3], best: [1.3e-3], third: [1.1e-3]})
     settle_best(store, given, w, t, target, TuneOptions(progress=False, remeasure_top=1), run)
@@ -298,23 +308,6 @@ def test_a_run_never_ends_on_a_leader_measured_once(store):
 
     sel = select_config(w, t, store, target, threads=1, quiet=True)
     assert sel.config == third and sel.source == "tuned"
-
-
-def _three_configs(store, third_ms: float):
-    """A workload with records for the default (1.0 ms twice), a best (0.9 ms twice) and a
-    third config measured once at ``third_ms``: (workload, template, target, default, best,
-    third, run id)."""
-    from tuner.db.store import TrialRecord
-    from tuner.measure.result import MeasureResult, Status
-
-    w, t, target = Gemm.parse("8x8x13"), SleepyGemm(), host_target()
-    default, best, third = t.default_config(w, 1), Config({"delay": 2}), Config({"delay": 4})
-    ok = lambda s: MeasureResult(Status.OK, [s] * 3)   # noqa: E731
-    run = store.start_run(target, "test", "grid", 1)
-    store.add_trials(run, w, target, [TrialRecord(t.name, t.version, c, 1, r) for c, r in [
-        (default, ok(1.0e-3)), (default, ok(1.0e-3)), (best, ok(0.9e-3)), (best, ok(0.9e-3)),
-        (third, ok(third_ms * 1e-3))]])
-    return w, t, target, default, best, third, run
 
 
 def test_after_a_refused_check_the_new_leader_is_checked_in_turn(store):
