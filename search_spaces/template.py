@@ -101,6 +101,16 @@ class Template(ABC):
         return int(config.get("threads", 1))
 
 
+def kernel_source(template: Template, workload: Workload, config: Config) -> str:
+    """The module compiled for ``config``: the template's ``codegen`` with each parallel loop
+    body that calls module functions outlined into a serial function
+    (``search_spaces.parallel_outline``: a parallel kernel compiles in less time, runs the
+    same). Everything that writes, compiles or shows a kernel takes its source from here."""
+    from search_spaces.parallel_outline import outline_parallel_loops
+
+    return outline_parallel_loops(template.codegen(workload, config))
+
+
 def bind_runtime_args(fn: Callable, args: tuple) -> Callable:
     """``fn`` called as ``fn(*arrays)``: with runtime arguments, a callable appending them."""
     if not args:

@@ -141,7 +141,7 @@ def load_kernel(workload, template, config: Config):
     callable taking the workload's arrays, with the config's runtime arguments (the
     template's ``runtime_args``) bound. Configs that differ only in runtime knobs share one
     module, imported once per process."""
-    from search_spaces.template import bind_runtime_args
+    from search_spaces.template import bind_runtime_args, kernel_source
     from tuner.measure.kernel_key import import_kernel_module
     from tuner.measure.measurer import write_source
 
@@ -150,7 +150,7 @@ def load_kernel(workload, template, config: Config):
     if fn is None:
         require_runnable()
         align_numba_cache()
-        path = write_source(template.codegen(workload, config), template=template)
+        path = write_source(kernel_source(template, workload, config), template=template)
         mod = import_kernel_module(path)
         fn = _KERNELS[key] = bind_runtime_args(getattr(mod, template.entry),
                                                template.runtime_args(workload, config))

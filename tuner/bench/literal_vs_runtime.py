@@ -20,7 +20,7 @@ MODES = {"literal": (), "tile_m": ("tile_m",), "tile_n": ("tile_n",), "tile_k": 
 def kernels(w, changes: dict) -> tuple[dict, object]:
     """Mode -> bound kernel for the config, and the config."""
     from search_spaces.space import Config
-    from search_spaces.template import bind_runtime_args
+    from search_spaces.template import bind_runtime_args, kernel_source
     from search_spaces.templates.gemm import GemmTemplate
     from tuner.dispatch import align_numba_cache
     from tuner.measure.kernel_key import import_kernel_module
@@ -31,7 +31,7 @@ def kernels(w, changes: dict) -> tuple[dict, object]:
     out = {}
     for mode, knobs in MODES.items():
         t = type("Gemm_" + mode, (GemmTemplate,), {"runtime_knobs": knobs})()
-        mod = import_kernel_module(write_source(t.codegen(w, cfg), template=t))
+        mod = import_kernel_module(write_source(kernel_source(t, w, cfg), template=t))
         out[mode] = bind_runtime_args(mod.kernel, t.runtime_args(w, cfg))
     return out, cfg
 

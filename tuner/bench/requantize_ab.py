@@ -55,11 +55,11 @@ def layer_workload(layout: str, C: int, O: int, k: int, residual: bool, hw: int 
 
 
 def _prepared(w, t, cfg):
-    from search_spaces.template import prepare_kernel
+    from search_spaces.template import kernel_source, prepare_kernel
     from tuner.measure.kernel_key import import_kernel_module
     from tuner.measure.measurer import write_source
 
-    mod = import_kernel_module(write_source(t.codegen(w, cfg), template=t))
+    mod = import_kernel_module(write_source(kernel_source(t, w, cfg), template=t))
     x = w.make_inputs(0)
     pk = prepare_kernel(mod, t.prepared_inputs(w, cfg), x)
     out = w.make_outputs()

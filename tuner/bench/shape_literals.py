@@ -46,7 +46,7 @@ def workload(model: str, layer: str):
 
 def kernel(w, literal: tuple[str, ...]):
     """The bound kernel of the default config with ``literal`` dimensions as constants."""
-    from search_spaces.template import bind_runtime_args
+    from search_spaces.template import bind_runtime_args, kernel_source
     from search_spaces.templates.conv2d import Conv2dTemplate
     from tuner.dispatch import align_numba_cache
     from tuner.measure.kernel_key import import_kernel_module
@@ -55,7 +55,7 @@ def kernel(w, literal: tuple[str, ...]):
     align_numba_cache()
     t = type("Conv2dLiteral", (Conv2dTemplate,), {"literal_dims": literal})()
     cfg = t.default_config(w, 1)
-    mod = import_kernel_module(write_source(t.codegen(w, cfg), template=t))
+    mod = import_kernel_module(write_source(kernel_source(t, w, cfg), template=t))
     return bind_runtime_args(mod.kernel, t.runtime_args(w, cfg)), cfg
 
 

@@ -46,8 +46,9 @@ def run(args) -> int:
     else:
         config = template.default_config(workload, threads)
         print(f"# default config: {config.to_json()}")
-    print(template.codegen(workload, config))
-    from search_spaces.template import prepared_inputs
+    from search_spaces.template import kernel_source, prepared_inputs
+
+    print(kernel_source(template, workload, config))
 
     prepared = prepared_inputs(template, workload, config)
     if prepared:   # constant operands packed once (search_spaces/template.py)

@@ -118,6 +118,7 @@ def _concat_slots(node: Node, kinds: dict[str, str]) -> list[tuple[str, int]] | 
 
 def _plan_kernel(node: Node, *, threads: int, store, strict: bool, tuned: bool) -> _Kernel:
     from search_spaces import get_template, templates_for
+    from search_spaces.template import kernel_source
     from tuner.dispatch import select_config
     from tuner.measure.measurer import write_source
     from workloads.fused import workload_for_group
@@ -139,7 +140,7 @@ def _plan_kernel(node: Node, *, threads: int, store, strict: bool, tuned: bool) 
             config, source, note = sel.config, sel.source, sel.note
         else:
             config, source, note = tpl.default_config(w, threads), "fallback", "untuned build"
-        path = write_source(tpl.codegen(w, config), template=tpl)
+        path = write_source(kernel_source(tpl, w, config), template=tpl)
     except NoRecordError:
         raise                                     # --strict: a fallback is an error
     except TunerError as exc:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from search_spaces.space import Config
-from search_spaces.template import prepared_inputs
+from search_spaces.template import kernel_source, prepared_inputs
 from tuner import settings
 from workloads.errors import InstantiationError
 from tuner.measure.kernel_key import kernel_digest
@@ -138,7 +138,7 @@ class Measurer:
         if reason:
             return None, MeasureResult(Status.INVALID, error=reason)
         try:
-            source = template.codegen(workload, config)
+            source = kernel_source(template, workload, config)
         except InstantiationError as exc:
             return None, MeasureResult(Status.INVALID, error=str(exc))
         except Exception as exc:  # noqa: BLE001 - a codegen bug is this candidate's failure
