@@ -78,3 +78,5 @@ def test_loops_that_outlining_would_change_are_left_alone():
     assert "kernel_block" not in outline_parallel_loops(early)   # continue of the loop itself
     array_only = SOURCE.replace("        row_op(X, Y, i, n)\n", "")
     assert "kernel_block" not in outline_parallel_loops(array_only)   # nothing typed twice
+    called = SOURCE.replace('@numba.njit(inline="always")', "@numba.njit")
+    assert "_block" not in outline_parallel_loops(called)   # a call, not a body inlined twice
