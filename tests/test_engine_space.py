@@ -111,3 +111,23 @@ def test_a_large_activation_moves_the_parallel_split_to_m():
     axis, tile_m, _ = split(pointwise, True)
     assert axis == "m" and tile_m % 6 == 0
     assert split(window, True) == split(window, False)   # 400 KB: the balance decides
+
+
+def test_even_split_blocks_keep_both_threads_busy():
+    """196 rows (a 14 x 14 image) in 96-row blocks give one of 2 threads 192 rows, in 16-row
+    blocks 112 of them (Inception v2's 196 x 160 layers; N in 32-column tiles splits no
+    better): the space also holds the blocks that cut a dimension into near-equal
+    runs of whole micro-tiles (102 rows for 6-row tiles: 102 and 94; 104 for 8-row ones), and
+    the default split takes them; one thread gets none (a 1-thread space is unchanged)."""
+    from search_spaces.templates.features import split_efficiency
+
+    assert es.even_split_values(196, (4, 6, 8), 2) == (100, 102, 104)
+    assert es.even_split_values(196, (4, 6, 8), 1) == ()
+    space = _core_space(196, 192, 1152, isa.AVX512)
+    assert {100, 102, 104} <= set(space.knob("tile_m").values)
+    one = ConfigSpace(es.core_knobs(196, 192, 1152, 1, (False, True), (True,), target=isa.AVX512),
+                      es.core_constraints(196, 192, isa.AVX512))
+    assert 102 not in one.knob("tile_m").values
+    c = es.default_core_config(space, 196, 160, 1152, 2, False, True, nr=32, mr=8)
+    assert c["parallel"] == "m" and c["tile_m"] == 104
+    assert split_efficiency(196, 104, 2) > 0.9 > split_efficiency(196, 16, 2) > split_efficiency(196, 96, 2)
