@@ -121,8 +121,9 @@ def test_even_split_blocks_keep_both_threads_busy():
     the default split takes them; one thread gets none (a 1-thread space is unchanged)."""
     from search_spaces.templates.features import split_efficiency
 
-    assert es.even_split_values(196, (4, 6, 8), 2) == (100, 102, 104)
-    assert es.even_split_values(196, (4, 6, 8), 1) == ()
+    assert es.with_splits((16, 256), 196, 2, (4, 6, 8), 1) == (16, 100, 102, 104, 256)
+    assert es.with_splits((16, 256), 196, 1, (4, 6, 8), 1) == (16, 256)
+    assert es.with_splits((16, 256), 196, 2) == (16, 112, 256)   # the GEMM templates': 16s
     space = _core_space(196, 192, 1152, isa.AVX512)
     assert {100, 102, 104} <= set(space.knob("tile_m").values)
     one = ConfigSpace(es.core_knobs(196, 192, 1152, 1, (False, True), (True,), target=isa.AVX512),

@@ -44,19 +44,6 @@ def tile_values(dim: int, start: int = 16) -> tuple[int, ...]:
         v *= 2
 
 
-def even_split_values(dim: int, micros: tuple[int, ...], max_threads: int) -> tuple[int, ...]:
-    """Blocks that cut ``dim`` into ``t`` near-equal runs of whole micro-tiles, for each
-    micro-tile width and thread count 2..``max_threads`` (196 rows, 6-row tiles, 2 threads:
-    102, so the threads take 102 and 94 rows where the 96-row blocks gave one thread 192)."""
-    out = set()
-    for micro in micros:
-        for t in range(2, max_threads + 1):
-            v = -(-(-(-dim // micro)) // t) * micro
-            if micro <= v < dim:
-                out.add(v)
-    return tuple(sorted(out))
-
-
 def block_values(dim: int, start: int) -> tuple[int, ...]:
     """``start``, then powers of two and 1.5x powers of two from 2*start, up to the first
     value covering ``dim`` (a tile that large means one block: the loop disappears); the
@@ -69,16 +56,21 @@ def block_values(dim: int, start: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def split(dim: int, parts: int) -> int:
-    """ceil(dim / parts) rounded up to a multiple of 16."""
-    return -(-dim // (16 * parts)) * 16
+def split(dim: int, parts: int, micro: int = 16) -> int:
+    """ceil(dim / parts) rounded up to a multiple of ``micro``: ``parts`` near-equal runs of
+    whole ``micro``-wide tiles (196 rows, 2 parts: 112 in 16s, 102 in 6-row micro-tiles)."""
+    return -(-(-(-dim // micro)) // parts) * micro
 
 
-def with_splits(values: tuple[int, ...], dim: int, max_threads: int) -> tuple[int, ...]:
-    """Add the tiles that split ``dim`` evenly over 2..max_threads threads (rounded up to 16),
-    so a parallel block loop can give every thread one equal block."""
-    extra = {split(dim, t) for t in range(2, max_threads + 1) if dim >= 64 * t}
-    return tuple(sorted(set(values) | {v for v in extra if v < values[-1]}))
+def with_splits(values: tuple[int, ...], dim: int, max_threads: int, micros: tuple[int, ...] = (16,),
+                min_per_thread: int = 64) -> tuple[int, ...]:
+    """Add the tiles that split ``dim`` evenly over 2..max_threads threads (rounded up to a
+    multiple of each of ``micros``: 16 for the GEMM templates' blocks, the register tile's
+    heights or widths for the dense/conv2d core's), so a parallel block loop can give every
+    thread one equal block; only where each thread gets at least ``min_per_thread``."""
+    extra = {split(dim, t, m) for m in micros for t in range(2, max_threads + 1)
+             if dim >= min_per_thread * t}
+    return tuple(sorted(set(values) | {v for v in extra if v < dim}))
 
 
 def nr_values(lanes: int) -> tuple[int, ...]:
@@ -198,12 +190,11 @@ def core_knobs(M: int, N: int, K: int, max_threads: int, pack_a: tuple, pack_b: 
     """The core's knobs; micro-tile widths and vector lanes are the ISA's (``target``,
     default the one generated for): nr 1-3 vectors, vec a half or a whole register."""
     L = (target or isa.current()).lanes(dtype)
-    even_m = even_split_values(M, CORE_MR_VALUES, max_threads)
-    even_n = even_split_values(N, nr_values(L), max_threads)
+    # the blocks of an even split too: 196 rows in 6-row tiles on 2 threads, 102 (102 + 94)
     return [
-        Knob("tile_m", tuple(sorted(set(tile_values(M)) | set(even_m))), True,
+        Knob("tile_m", with_splits(tile_values(M), M, max_threads, CORE_MR_VALUES, 1), True,
              "rows of C per cache block"),
-        Knob("tile_n", tuple(sorted(set(tile_values(N)) | set(even_n))), True,
+        Knob("tile_n", with_splits(tile_values(N), N, max_threads, nr_values(L), 1), True,
              "columns of C per cache block"),
         Knob("tile_k", tile_values(K), True, "K depth per cache block"),
         Knob("mr", CORE_MR_VALUES, True, "rows of the register micro-tile"),
@@ -282,7 +273,7 @@ def balanced_split(space: ConfigSpace, cfg: Mapping, M: int, N: int, slack: floa
     split over N (2 blocks, 100% even, each thread reading the 1.6 MB image) 0.48-0.49 ms,
     over M (33 blocks, 97%) 0.37; the models 1.005-1.025x (DenseNet-121 1.025x).
 
-    The candidates include the even splits (``even_split_values``: 196 rows in 6-row tiles,
+    The candidates include the even splits (``with_splits`` in the core's lists: 196 rows in 6-row tiles,
     2 threads: a 102-row block, 102 and 94 rows, where the ladder's 96 gave one thread 192
     and 24 gave it 120). Measured at 2 threads, in the model, one process, alternating
     (Intel Xeon, 2026-12-03): Inception v2 1.046x (16 of its 39 conv layers moved, most
