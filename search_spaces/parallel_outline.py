@@ -121,6 +121,8 @@ def outline_parallel_loops(source: str) -> str:
                           key=lambda n: min(x.col_offset + 1000 * x.lineno for s in loop.body
                                             for x in ast.walk(s) if isinstance(x, ast.Name) and x.id == n))
             name = f"{fn.name}_{'block' if len(loops) == 1 else f'block{k}'}"
+            if name in functions | module_names | imported:
+                continue   # the module already has that name
             body = lines[loop.body[0].lineno - 1:loop.end_lineno]
             indent = min(len(b) - len(b.lstrip()) for b in body if b.strip())
             new = [_decorator(fn),
