@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 
 _BUILTINS = set(dir(builtins))
 
@@ -45,10 +46,12 @@ def _is_prange(node: ast.AST) -> bool:
             and isinstance(node.iter.func, ast.Name) and node.iter.func.id == "prange")
 
 
-def _is_parallel(fn: ast.FunctionDef) -> bool:
-    return any(isinstance(d, ast.Call) and any(k.arg == "parallel" and isinstance(k.value, ast.Constant)
-                                               and k.value.value is True for k in d.keywords)
-               for d in fn.decorator_list)
+def _njit_call(fn: ast.FunctionDef, arg: str, value) -> ast.Call | None:
+    """The decorator call of ``fn`` passing ``arg=value`` (``parallel=True``,
+    ``inline="always"``), or None."""
+    return next((d for d in fn.decorator_list if isinstance(d, ast.Call) and any(
+        k.arg == arg and isinstance(k.value, ast.Constant) and k.value.value == value
+        for k in d.keywords)), None)
 
 
 def _names(nodes: list[ast.stmt], ctx: type) -> set[str]:
@@ -78,12 +81,12 @@ def _bound_in(fn: ast.FunctionDef, loop: ast.For) -> set[str]:
 
 def _decorator(fn: ast.FunctionDef) -> str:
     """The enclosing function's numba.njit options, serial and not cached on their own."""
-    deco = next(d for d in fn.decorator_list if isinstance(d, ast.Call)
-                and any(k.arg == "parallel" for k in d.keywords))
+    deco = _njit_call(fn, "parallel", True)
     kept = [k for k in deco.keywords if k.arg not in ("parallel", "cache")]
     return "@" + ast.unparse(ast.Call(func=deco.func, args=deco.args, keywords=kept))
 
 
+@functools.lru_cache(maxsize=256)   # a build asks for the same module once per layer using it
 def outline_parallel_loops(source: str) -> str:
     """``source`` with the body of every eligible ``prange`` loop of a parallel function moved
     into a serial function (see the module docstring); unchanged when there is none."""
@@ -92,16 +95,14 @@ def outline_parallel_loops(source: str) -> str:
     module_names = {t.id for s in tree.body if isinstance(s, (ast.Assign, ast.AnnAssign))
                     for t in ast.walk(s) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
     functions = {s.name for s in tree.body if isinstance(s, ast.FunctionDef)}
-    inlined = {s.name for s in tree.body if isinstance(s, ast.FunctionDef) and any(
-        isinstance(d, ast.Call) and any(k.arg == "inline" and isinstance(k.value, ast.Constant)
-                                        and k.value.value == "always" for k in d.keywords)
-        for d in s.decorator_list)}
+    inlined = {s.name for s in tree.body
+               if isinstance(s, ast.FunctionDef) and _njit_call(s, "inline", "always")}
     imported = {(a.asname or a.name).split(".")[0] for s in tree.body
                 if isinstance(s, (ast.Import, ast.ImportFrom)) for a in s.names}
     globals_ = module_names | functions | imported | _BUILTINS
     edits = []   # (first line of the enclosing function's decorator, new function, loop, call)
     for fn in tree.body:
-        if not (isinstance(fn, ast.FunctionDef) and _is_parallel(fn)):
+        if not (isinstance(fn, ast.FunctionDef) and _njit_call(fn, "parallel", True)):
             continue
         loops = [n for n in ast.walk(fn) if _is_prange(n)]
         nested = {id(m) for n in loops for s in n.body for m in ast.walk(s)}
@@ -117,11 +118,12 @@ def outline_parallel_loops(source: str) -> str:
             if stored & _bound_in(fn, loop):
                 continue   # the loop's effect on the function's own names would be lost
             index = loop.target.id
-            free = sorted(_names(loop.body, ast.Load) - stored - globals_ - {index},
-                          key=lambda n: min(x.col_offset + 1000 * x.lineno for s in loop.body
-                                            for x in ast.walk(s) if isinstance(x, ast.Name) and x.id == n))
+            passed = _names(loop.body, ast.Load) - stored - globals_ - {index}
+            used = sorted((x.lineno, x.col_offset, x.id) for s in loop.body for x in ast.walk(s)
+                          if isinstance(x, ast.Name) and x.id in passed)
+            free = list(dict.fromkeys(n for *_, n in used))   # in the order the body reads them
             name = f"{fn.name}_{'block' if len(loops) == 1 else f'block{k}'}"
-            if name in functions | module_names | imported:
+            if name in globals_:
                 continue   # the module already has that name
             body = lines[loop.body[0].lineno - 1:loop.end_lineno]
             indent = min(len(b) - len(b.lstrip()) for b in body if b.strip())

@@ -103,7 +103,7 @@ class Template(ABC):
 
 def kernel_source(template: Template, workload: Workload, config: Config) -> str:
     """The module compiled for ``config``: the template's ``codegen`` with each parallel loop
-    body that calls module functions outlined into a serial function
+    body that inlines a micro-kernel outlined into a serial function
     (``search_spaces.parallel_outline``: a parallel kernel compiles in less time, runs the
     same). Everything that writes, compiles or shows a kernel takes its source from here."""
     from search_spaces.parallel_outline import outline_parallel_loops
