@@ -200,3 +200,25 @@ def test_plain_copies_run_as_vectors():
             src = t.codegen(w, cfg)
             assert "vstore_n(Cf, o + jv, vload_n(" in src
             assert check(w, cfg) is None, (build, threads)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_transposes_are_copied_in_cache_line_tiles(threads):
+    """A layout transform whose row-order copy reads one element per cache line along a long
+    run (NHWC -> NCHW, 45 x 50 pixels of 130 channels: runs of 2,250) is copied in 16 x 16
+    tiles; partial tiles at both ends, a relu on the way, 1 and 2 threads, exact. A small
+    transpose (runs that fit L1) keeps the row order."""
+    from search_spaces.templates.injective_gather import transpose_tile
+
+    def nhwc_to_nchw(b):
+        x = b.input("x", (1, 45, 50, 130))
+        return b.op("relu", b.op("transpose", x, axes=[0, 3, 1, 2]))
+    w = group_of(nhwc_to_nchw)
+    (seg,) = gather_plan(w)["segments"]
+    assert seg[3] == [(45 * 50, 130), (130, 1)] and transpose_tile(seg[3], 4) == 1
+    cfg = Config({"formulation": "gather", "threads": threads})
+    src = get_template("injective").codegen(w, cfg)
+    assert "tiles of 16 x 16" in src and ("prange(9)" in src) == (threads == 2)
+    assert check(w, cfg) is None
+    assert transpose_tile([(64, 3136), (3136, 1)], 4) is None   # 64x56x56 NCHW -> NHWC
+    assert transpose_tile([(256, 3136), (3136, 1)], 4) == 1

@@ -140,7 +140,8 @@ PARALLEL_MIN_ELEMENTS = 1 << 15
 
 class InjectiveTemplate(Template):
     name = "injective"
-    version = 4   # 4: gather over rows of a repeating pattern (NHWC channel concatenations),
+    version = 5   # 5: transposes copied in cache-line tiles (injective_gather.transpose_tile)
+    #             4: gather over rows of a repeating pattern (NHWC channel concatenations),
     #                  contiguous runs of plain copies as vectors
     workload_kind = "injective"
     entry = "kernel"
