@@ -206,8 +206,8 @@ def test_plain_copies_run_as_vectors():
 def test_transposes_are_copied_in_cache_line_tiles(threads):
     """A layout transform whose row-order copy reads one element per cache line along a long
     run (NHWC -> NCHW, 45 x 50 pixels of 130 channels: runs of 2,250) is copied in 16 x 16
-    tiles; partial tiles at both ends, a relu on the way, 1 and 2 threads, exact. A small
-    transpose (runs that fit L1) keeps the row order."""
+    tiles (by default on every thread); partial tiles at both ends, a relu on the way, 1 and 2
+    threads, exact. A small transpose (runs that fit L1) keeps the row order."""
     from search_spaces.templates.injective_gather import transpose_tile
 
     def nhwc_to_nchw(b):
@@ -219,6 +219,7 @@ def test_transposes_are_copied_in_cache_line_tiles(threads):
     cfg = Config({"formulation": "gather", "threads": threads})
     src = get_template("injective").codegen(w, cfg)
     assert "tiles of 16 x 16" in src and ("prange(9)" in src) == (threads == 2)
+    assert get_template("injective").default_config(w, 2)["threads"] == 2   # tiles split well
     assert check(w, cfg) is None
     assert transpose_tile([(64, 3136), (3136, 1)], 4) is None   # 64x56x56 NCHW -> NHWC
     assert transpose_tile([(256, 3136), (3136, 1)], 4) == 1

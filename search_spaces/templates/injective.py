@@ -21,9 +21,12 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
+
 from search_spaces.epilogue import DTYPE_SRC, ELEMENTWISE_OPS, effective_shape, scalar_op
 from search_spaces.templates.injective_gather import (gather_ok, gather_plan, gather_source,
-                                                      parallel_segments, vector_copies)
+                                                      parallel_segments, transpose_tile,
+                                                      vector_copies)
 from search_spaces.space import Config, ConfigSpace, Constraint, Knob
 from search_spaces.template import Template
 from workloads.errors import InstantiationError
@@ -135,6 +138,7 @@ def _array_op(n, args: list[str], types) -> str:
 # 992 x 14 x 14: 0.231 -> 0.096 ms, min of 40, load ~8). The gather formulation stays on one
 # thread by default: in parallel it was slower on DenseNet's two gathers (256 x 56 x 56:
 # 0.70 -> 1.40 ms; 1024 x 7 x 7: 0.050 -> 0.086 ms); its ``threads`` knob stays tunable.
+# Exceptions: rows of vector copies and transposes copied in tiles (``default_config``).
 PARALLEL_MIN_ELEMENTS = 1 << 15
 
 
@@ -169,7 +173,12 @@ class InjectiveTemplate(Template):
         # 128, standalone, 0.035 ms on 1 thread, 0.022 ms on 2
         rows = (form == "gather" and gather_plan(workload)["rows"] is not None
                 and all(vector_copies(workload, max(1, max_threads))))
-        threads = max(1, max_threads) if (form == "loops" or rows) and big else 1
+        # a transpose copied in tiles splits well too (standalone, 1 -> 2 threads: NHWC ->
+        # NCHW 56 x 56 x 256 0.58 -> 0.32 ms, NCHW -> NHWC 256 x 56 x 56 0.34 -> 0.26)
+        tiled = form == "gather" and gather_plan(workload)["rows"] is None and any(
+            transpose_tile(dims, np.dtype(workload.dtype).itemsize) is not None
+            for _, _, _, dims in gather_plan(workload)["segments"])
+        threads = max(1, max_threads) if (form == "loops" or rows or tiled) and big else 1
         return Config({"formulation": form, "threads": threads})
 
     def codegen(self, workload, config: Config) -> str:
