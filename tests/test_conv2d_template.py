@@ -450,3 +450,30 @@ def test_prepacked_weights_start_on_a_cache_line():
     assert all(p.ctypes.data % 64 == 0 for p in panels)
     assert all(np.array_equal(p, panels[0]) for p in panels)
     assert "T = empty_aligned(MR * NR)" in t.codegen(w, d)
+
+
+def test_parallel_axes_share_one_grid_module():
+    """With neither operand packed per call (an NHWC window, prepacked weights) the parallel
+    split is a runtime grid of BLOCK_M x BLOCK_N blocks of C: 'm' (blocks of pixels, every
+    channel) and 'n' (blocks of channels, every pixel) generate the same source and differ
+    in the arguments only. Each exact at 2 threads, with several column blocks and three K
+    blocks inside an 'm' block, and partial blocks at the ends (49 pixels, 96 channels).
+    The micro-tile is three vectors wide on the running ISA (8x48 or 4x24)."""
+    from search_spaces.template import kernel_source
+
+    t = get_template("conv2d")
+    w = conv_workload(40, 7, 96, 3, 1, 3)
+    lanes = t.default_config(w, 2)["vec"]
+    nr, mr = 3 * lanes, (8 if lanes == 16 else 4)   # within 32 or 16 vector registers
+    assert nr in t.space(w, 2).knob("nr").values
+    d = t.default_config(w, 2).replace(mr=mr, nr=nr, tile_n=nr, tile_k=128, threads=2)
+    cfgs = [d.replace(parallel="m", tile_m=16), d.replace(parallel="n", tile_m=16)]
+    for cfg in cfgs:
+        assert t.space(w, 2).is_valid(cfg), t.space(w, 2).violation(cfg)
+        assert prepared_check(w, cfg) is None, cfg
+    m_src, n_src = (kernel_source(t, w, c) for c in cfgs)
+    assert m_src == n_src and "prange(GRID)" in m_src
+    names = t.runtime_arg_names(w, cfgs[0])
+    blocks = [dict(zip(names, t.runtime_args(w, c))) for c in cfgs]
+    assert (blocks[0]["block_m"], blocks[0]["block_n"]) == (16, 96)   # rows split
+    assert (blocks[1]["block_m"], blocks[1]["block_n"]) == (blocks[1]["m"], nr)   # channels

@@ -44,7 +44,9 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
     # 6: the split packing a prange of the parallel core (no parallel function of its own),
     # the edge kernel only where a tile can be partial, helpers without wrappers or cache
     # 7: NHWC convs read their image through the windows in place (``window_nhwc``)
-    version = 7
+    # 8: parallel 'm' and 'n' with neither operand packed per call are one grid module
+    #    whose blocks are arguments (``core.grid_split``)
+    version = 8
     workload_kind = "conv2d"
     entry = "kernel"
     # Cache blocks are arguments (with the shape and geometry: ``dims``); configs differing in
@@ -319,6 +321,8 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
         dims = self.dims(w, c)
         sw = g["SW"] if g["SW"] in (1, 2) else 3
         shown = {k: v for k, v in sorted(c.items()) if k not in self.runtime_knobs and k != "threads"}
+        if core.grid_split(c, a_src, b_src):
+            shown["parallel"] = "m|n"   # the grid's blocks are arguments
         n_params = len(w.input_specs())
         params = ", ".join(f"p{k}" for k in range(n_params))
         rest = "out" + (f", {dims.params()}" if dims.runtime else "") + ")"   # after the inputs

@@ -36,7 +36,7 @@ DOT_ROWS = 4
 
 class DenseTemplate(core.ShapeGenericTemplate):
     name = "dense"
-    version = 6   # 5: the GEMM core of conv2d v4; 6: of conv2d v6
+    version = 7   # 5: the GEMM core of conv2d v4; 6: of conv2d v6; 7: of conv2d v8 (grid split)
     workload_kind = "dense"
     entry = "kernel"
     # blocks are arguments (with the shape: ``dims``), not part of the source
@@ -81,7 +81,8 @@ class DenseTemplate(core.ShapeGenericTemplate):
             values = {"M": g["M"], "N": g["N"], "K": g["K"], "BN": config["block_n"]}
         else:
             b_src = "pack_t" if g["weight"] == "NK" else ("pack" if config["pack_b"] else "direct")
-            values = core.gemm_dims(g["M"], g["N"], g["K"], config, b_src, w.dtype)
+            values = core.gemm_dims(g["M"], g["N"], g["K"], config, b_src, w.dtype,
+                                    "pack" if config["pack_a"] else "direct")
         return core.Dims(values, self.literal_dims)
 
     def codegen(self, workload, config: Config) -> str:
@@ -100,6 +101,8 @@ class DenseTemplate(core.ShapeGenericTemplate):
                  and (k in ("formulation", "parallel") or c["formulation"] == "gemm")}
         a_src = "pack" if c["pack_a"] else "direct"
         b_src = "pack_t" if g["weight"] == "NK" else ("pack" if c["pack_b"] else "direct")
+        if c["formulation"] == "gemm" and core.grid_split(c, a_src, b_src):
+            shown["parallel"] = "m|n"   # the grid's blocks are arguments
         head = [f'"""{w.anchor} (weight {g["weight"]}), {w.dtype}, {c["formulation"]} formulation; '
                 f"epilogue: {epi.describe()}.",
                 "",
