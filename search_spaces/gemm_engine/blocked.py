@@ -18,23 +18,26 @@ _AXIS = {  # block loop of each axis: index variable, start, extent, tile, dimen
 
 
 def emit_block_loops(body: list[str], order: str, par: str, at_parallel: list[str],
-                     packs: list[tuple[int, str | list[str]]]) -> str:
+                     packs: list[tuple[int, str | list[str]]],
+                     bounds: dict[str, tuple[str, str]] | None = None, ind: str = "") -> str:
     """Append the three block loops (``order``, outermost first; ``par`` as ``prange``) to
     ``body``. ``at_parallel`` lines open the parallel loop's body (private buffers); each
     ``(level, line)`` of ``packs`` (a statement or a list of them) is emitted inside the loop
-    at that level. Returns the innermost indentation. Shared by the GEMM kernel and the
-    dense/conv2d core."""
+    at that level. ``bounds``: an axis's (start, end) expressions where the loop covers part
+    of the dimension (a block of a grid split), else (0, the dimension); ``ind``: the
+    indentation of the outermost loop. Returns the innermost indentation. Shared by the
+    GEMM kernel and the dense/conv2d core."""
     level_par = order.index(par) if par != "none" else -1
-    ind = ""
     for lev, axis in enumerate(order):
         var, ext, tile, dim = _AXIS[axis]
+        lo, hi = (bounds or {}).get(axis, ("0", dim))
         if axis == par:
             body.append(f"{ind}for blk in prange({dim}_BLOCKS):   # parallel over {dim} blocks")
             body.append(f"{ind}    {var} = blk * {tile}")
         else:
-            body.append(f"{ind}for {var} in range(0, {dim}, {tile}):")
+            body.append(f"{ind}for {var} in range({lo}, {hi}, {tile}):")
         ind += "    "
-        body.append(f"{ind}{ext} = min({tile}, {dim} - {var})")
+        body.append(f"{ind}{ext} = min({tile}, {hi} - {var})")
         if lev == level_par:
             body += [ind + line for line in at_parallel]
         for level, lines in packs:   # a statement, or a list of them

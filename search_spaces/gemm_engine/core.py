@@ -546,7 +546,8 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
     pro_args = pro.args() if pro is not None else ""   # the prologue's operands, for pack_b
     lines = [_jit(parallel=par != "none"), f"def gemm_core(A, a_base, B, b_base, Cf, cbase, geo, {args}{pro_args}):",
              '    """C[M, N] (flat at cbase) = epilogue(A @ B) with blocked, packed loops."""']
-    body: list[str] = dims.unpack() + derived_lines("none" if grid_split(c, a_src, b_src) else par)
+    grid = grid_split(c, a_src, b_src)
+    body: list[str] = dims.unpack() + derived_lines("none" if grid else par)
     if level_par < 0:
         body.append(alloc_t)
     if pack_a and level_a < level_par:
@@ -567,7 +568,7 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
                    else f"pack_b(B, b_base, p0, j0, kc, nc, Bp, geo, 0, kc{extra})")
     packs = ([(level_a, "pack_a(A, a_base, i0, p0, mc, kc, Ap, geo)")] if pack_a else []) \
         + ([(level_b, pack_b_call)] if pack_b else [])
-    if grid_split(c, a_src, b_src):
+    if grid:
         ind = _grid_block_loops(body, order, alloc_t)
     else:
         ind = emit_block_loops(body, order, par, at_parallel, packs)
@@ -613,13 +614,6 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
     return lines + ["    " + ln for ln in body]
 
 
-_GRID_AXIS = {   # block loop of each axis inside a grid block: variable, extent, tile, bounds
-    "m": ("i0", "mc", "TILE_M", "i_lo", "i_hi"),
-    "n": ("j0", "nc", "TILE_N", "j_lo", "j_hi"),
-    "k": ("p0", "kc", "TILE_K", "0", "K"),
-}
-
-
 def _grid_block_loops(body: list[str], order: str, alloc_t: str) -> str:
     """The parallel loop of a grid split (``grid_split``): one iteration per BLOCK_M x BLOCK_N
     block of C, inside it the three cache-block loops in ``order`` over the block's rows and
@@ -632,13 +626,8 @@ def _grid_block_loops(body: list[str], order: str, alloc_t: str) -> str:
              "    j_lo = (blk // GRID_M) * BLOCK_N",
              "    j_hi = min(j_lo + BLOCK_N, N)",
              "    " + alloc_t + " (private)"]
-    ind = "    "
-    for axis in order:
-        var, ext, tile, lo, hi = _GRID_AXIS[axis]
-        body += [f"{ind}for {var} in range({lo}, {hi}, {tile}):",
-                 f"{ind}    {ext} = min({tile}, {hi} - {var})"]
-        ind += "    "
-    return ind
+    return emit_block_loops(body, order, "none", [], [],
+                            bounds={"m": ("i_lo", "i_hi"), "n": ("j_lo", "j_hi")}, ind="    ")
 
 
 def next_b_share_source() -> list[str]:

@@ -73,6 +73,13 @@ class DenseTemplate(core.ShapeGenericTemplate):
         return repair(sp, cfg)
 
     # -- shape-generic modules -------------------------------------------------------------
+    @staticmethod
+    def sources(g: dict, c: dict) -> tuple[str, str]:
+        """(A source, B source) of the gemm formulation's core: A packed or read in place;
+        B packed from its transpose (an NK weight), packed, or read in place."""
+        return ("pack" if c["pack_a"] else "direct",
+                "pack_t" if g["weight"] == "NK" else ("pack" if c["pack_b"] else "direct"))
+
     def dims(self, w, config) -> core.Dims:
         """M, N, K and the blocks (``block_n`` for dot, the cache blocks for gemm): kernel
         arguments, so layers of one variant share a module (docs/compile-once.md)."""
@@ -80,9 +87,8 @@ class DenseTemplate(core.ShapeGenericTemplate):
         if config["formulation"] == "dot":
             values = {"M": g["M"], "N": g["N"], "K": g["K"], "BN": config["block_n"]}
         else:
-            b_src = "pack_t" if g["weight"] == "NK" else ("pack" if config["pack_b"] else "direct")
-            values = core.gemm_dims(g["M"], g["N"], g["K"], config, b_src, w.dtype,
-                                    "pack" if config["pack_a"] else "direct")
+            a_src, b_src = self.sources(g, config)
+            values = core.gemm_dims(g["M"], g["N"], g["K"], config, b_src, w.dtype, a_src)
         return core.Dims(values, self.literal_dims)
 
     def codegen(self, workload, config: Config) -> str:
@@ -99,8 +105,7 @@ class DenseTemplate(core.ShapeGenericTemplate):
         shown = {k: v for k, v in sorted(c.items())
                  if k not in self.runtime_knobs and k != "threads"
                  and (k in ("formulation", "parallel") or c["formulation"] == "gemm")}
-        a_src = "pack" if c["pack_a"] else "direct"
-        b_src = "pack_t" if g["weight"] == "NK" else ("pack" if c["pack_b"] else "direct")
+        a_src, b_src = self.sources(g, c)
         if c["formulation"] == "gemm" and core.grid_split(c, a_src, b_src):
             shown["parallel"] = "m|n"   # the grid's blocks are arguments
         head = [f'"""{w.anchor} (weight {g["weight"]}), {w.dtype}, {c["formulation"]} formulation; '
