@@ -173,7 +173,7 @@ def pack_b_all_source() -> list[str]:
 
 def micro_kernel_source(mr: int, nr: int, lanes: int, group: int, dot: str, unroll: int,
                         panel_depth: str | None = "KG", tile_store=None,
-                        extra: tuple[str, ...] = (), inline: bool = False,
+                        extra: tuple[str, ...] = (), inline: bool = True,
                         a_in_place: bool = False) -> list[str]:
     """MR x NR int32 tile as MR x NR/LANES vector accumulators; per K group: NR/LANES loads of
     the B panel, MR broadcasts of an A group, MR x NR/LANES ``vdot_<dot>`` steps.
@@ -183,7 +183,8 @@ def micro_kernel_source(mr: int, nr: int, lanes: int, group: int, dot: str, unro
     reading the ``extra`` parameters (e.g. the requantize of ``quant_anchor``). ``inline``:
     Numba inlines the micro-kernel into the macro-kernel's loop (``inline="always"``): no call
     per tile, whose passing of some 30 arguments and reference counting of the array
-    arguments cost as much as a K = 64 tile's requantize. ``a_in_place``: ``AA`` is A itself
+    arguments cost as much as a K = 64 tile's requantize, and 5-9% of the GEMM at 1024^3 with
+    K = 1024 tiles (docs/int8-gemm.md, "The micro-kernel inlined"). ``a_in_place``: ``AA`` is A itself
     (flat, row-major [M, K], K a multiple of G): each row's group is broadcast straight from
     its row (rows past the tile's ``mlen`` repeat its last row: computed, never stored)."""
     nv = nr // lanes
@@ -330,8 +331,8 @@ def engine_parts(c: dict, *, pack_a: list[str] | None = None, b_layout: str = "K
     (taking the ``runtime`` tile knobs as arguments, set up by ``prologue``). ``b_packed``:
     ``name`` takes B packed ahead (``pack_b_all``, also emitted; module-constant tiles only).
     ``tile_store``/``extra``: the micro-kernel's write-back and its further parameters
-    (``micro_kernel_source``), passed by ``name`` after C; with a ``tile_store`` the
-    micro-kernel is inlined into ``name``."""
+    (``micro_kernel_source``), passed by ``name`` after C. The micro-kernel is inlined into
+    ``name``."""
     group, a_pack, b_pack = OPERANDS[c["dot"]]
     lanes = c["vec"] // 32
     if b_packed and runtime:
@@ -343,7 +344,6 @@ def engine_parts(c: dict, *, pack_a: list[str] | None = None, b_layout: str = "K
             *([pack_b_all_source()] if b_packed else []),
             micro_kernel_source(c["mr"], c["nr"], lanes, group, c["dot"], c["unroll_k"],
                                 "KG" if "tile_k" not in runtime else None, tile_store, extra,
-                                inline=tile_store is not None,
                                 a_in_place=a_in_place(c, b_packed)),
             kernel_source(c, name, runtime, prologue, b_packed, extra)]
 

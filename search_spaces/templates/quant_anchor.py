@@ -51,7 +51,7 @@ REQUANTIZE = ("pass", "registers")
 
 
 class QuantAnchorTemplate(Template):
-    version = 3
+    version = 4   # 4: the micro-kernel inlined for requantize="pass" too (gemm_int8 v4)
     entry = "kernel"
 
     def space(self, workload, max_threads: int = 1) -> ConfigSpace:
