@@ -186,6 +186,21 @@ def test_constraints():
     assert wsp.violation(wide.default_config(full).replace(pack_a=False, mr=4)) is None
 
 
+def test_defaults_avoid_packing_a_twice():
+    """AVX2 maddubs reads A in place; a model's int8 anchor (whose A, a conv's im2col, every
+    thread packs in an N split) splits a tall A over M with the whole N in one block, and a
+    short one over N."""
+    t = GemmInt8Template(AVX2)
+    w7 = Gemm(1024, 1024, 1024, "int8w7")
+    assert t.default_config(w7)["pack_a"] is False and t.default_config(Gemm(1024, 1024, 1024, "int8"))["pack_a"]
+    tall = t.default_config(Gemm(3136, 64, 576, "int8w7"), 2, anchor=True)
+    assert tall["parallel"] == "m" and tall["tile_n"] == 64 and tall["pack_a"]
+    assert t.space(Gemm(3136, 64, 576, "int8w7"), 2).violation(tall) is None
+    short = t.default_config(Gemm(49, 512, 4608, "int8w7"), 2, anchor=True)
+    assert short["parallel"] == "n" and short["tile_n"] == 256
+    assert t.default_config(Gemm(3136, 64, 576, "int8w7"), 1, anchor=True)["parallel"] == "none"
+
+
 def test_avx512_source_generates_and_names_the_wide_intrinsics():
     t = GemmInt8Template(AVX512_VNNI)
     w = Gemm(40, 70, 50, "int8")

@@ -247,10 +247,17 @@ def default_core_config(space: ConfigSpace, M: int, N: int, K: int, max_threads:
 # (``balanced_split``); fitted on ResNet-50 and DenseNet-121 at 2 threads (Intel Xeon): 16 and
 # 8 also moved 3 x 3 layers with 400 KB images to M, 2-6% slower each
 FLOPS_PER_SHARED_BYTE = 4
+# int8 operations a thread gives up per byte of A it packs beyond its share: a quantized
+# conv's anchor packs (im2col) all of A on every thread split over N. Estimated on Zen 3 at 2
+# threads (ResNet-50 INT8, 2026-12-04): M3136 N64 K576 split over N 1.42 ms, over M 1.09 ms,
+# ~0.37 ns per extra byte at ~115 GOPS = ~42 operations; the M/N choices of all 20 largest
+# layers measured there agree for any value from 6 to 73
+INT8_PACK_OPS_PER_BYTE = 40
 
 
 def balanced_split(space: ConfigSpace, cfg: Mapping, M: int, N: int, slack: float = 0.03,
-                   shared_a: tuple[int, int] | None = None) -> dict:
+                   shared_a: tuple[int, int] | None = None,
+                   per_shared_byte: float | None = None) -> dict:
     """The parallel axis and its cache block that keep every thread busy: among the tile
     values of the m and n axes (multiples of the micro tile, at most one thread's share or
     the default block, and never twice the default), the best ``split_efficiency``, then,
@@ -268,7 +275,9 @@ def balanced_split(space: ConfigSpace, cfg: Mapping, M: int, N: int, slack: floa
     before just wrote, half of it in the other core's cache). Split over M every thread
     reads all of B too, but that is the weights, fetched from memory once and shared through
     the last-level cache: charging B as well moved Inception v1's M = 169 layers to N, 5-9%
-    slower each. Within ``slack`` the default axis stays; then the block as above. Measured
+    slower each. ``per_shared_byte`` replaces ``FLOPS_PER_SHARED_BYTE`` where a thread does
+    more with A than read it (the int8 anchors pack all of it: ``INT8_PACK_OPS_PER_BYTE``).
+    Within ``slack`` the default axis stays; then the block as above. Measured
     (Intel Xeon, 2 threads, in the model, one process): ResNet-50's 28 x 28 x 512 -> 128 1 x 1
     split over N (2 blocks, 100% even, each thread reading the 1.6 MB image) 0.48-0.49 ms,
     over M (33 blocks, 97%) 0.37; the models 1.005-1.025x (DenseNet-121 1.025x).
@@ -300,10 +309,11 @@ def balanced_split(space: ConfigSpace, cfg: Mapping, M: int, N: int, slack: floa
     if shared_a is not None:   # the axis first, by cost; then its block, as below
         K, a_bytes = shared_a
         work = 2.0 * M * N * K / T
+        per_byte = FLOPS_PER_SHARED_BYTE if per_shared_byte is None else per_shared_byte
 
         def cost(c) -> float:
             extra = a_bytes * (T - 1) / T if c[3] == "n" else 0.0
-            return work / max(c[0], 1e-9) + FLOPS_PER_SHARED_BYTE * extra
+            return work / max(c[0], 1e-9) + per_byte * extra
         by_axis = {a: min(cost(c) for c in cands if c[3] == a) for a in {c[3] for c in cands}}
         low = min(by_axis.values())
         axis = max((a for a, v in by_axis.items() if v <= low * (1 + slack)),

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import os
 
-from search_spaces.gemm_engine.space import (LOOP_ORDERS, block_values, pick_knob, repair, split,
+from search_spaces.gemm_engine.space import (INT8_PACK_OPS_PER_BYTE, LOOP_ORDERS, balanced_split,
+                                             block_values, pick_knob, repair, split,
                                              threads_match_parallel, tiles_fit_micro, with_splits)
 from search_spaces import isa
 from search_spaces.space import Config, ConfigSpace, Constraint, Knob
@@ -199,7 +200,24 @@ class GemmInt8Template(Template):
                "tile_k": pick_knob(sp, "tile_k", 1024), "mr": mr, "nr": nv * lanes, "loop_order": "nkm",
                "dot": dot, "vec": vec, "unroll_k": unroll, "pack_a": not in_place,
                "parallel": "n" if threads > 1 else "none", "threads": threads}
+        if anchor and threads > 1:
+            cfg = self._anchor_split(sp, repair(sp, cfg), w)
         return repair(sp, cfg)
+
+    @staticmethod
+    def _anchor_split(sp: ConfigSpace, cfg: dict, w: Gemm) -> dict:
+        """The parallel axis of a model's int8 anchor. Its B (the weights) is packed ahead,
+        but A (a conv's im2col) is packed by every thread that needs it: split over N, each
+        thread packs all of A. ``balanced_split`` weighs that against the evenness of an M
+        split, and an M split takes the whole N in one block (an N loop outside the parallel
+        M loop would pack A once per N block). Zen 3, ResNet-50 INT8 at 2 threads, one
+        process, per layer: M3136 N64 K576 1.26-1.30x over M, M12544 N64 K147 1.17x, M196
+        N256 K2304 0.79x and M49 N512 K4608 0.62x (those stay on N)."""
+        cfg = balanced_split(sp, cfg, w.M, w.N, shared_a=(w.K, w.M * w.K),
+                             per_shared_byte=INT8_PACK_OPS_PER_BYTE)
+        if cfg["parallel"] == "m":
+            cfg["tile_n"] = pick_knob(sp, "tile_n", min(w.N, 1024), at_least=True)
+        return cfg
 
     # -- code generation -------------------------------------------------------------------
     def codegen(self, workload: Gemm, config: Config) -> str:
