@@ -176,3 +176,19 @@ def test_parallel_configs_are_exact(name, par):
     assert sp.is_valid(cfg), sp.violation(cfg)
     assert "prange" in t.codegen(w, cfg)
     assert check(w, cfg) is None
+
+
+@pytest.mark.parametrize("hw,dil", [((6, 12), 1), ((9, 10), 2)])
+def test_nchw_im2col_groups_copied_as_transposes_are_exact(hw, dil):
+    """NCHW, 4-row panels of 4-byte groups, stride 1: a panel whose 4 pixels lie in one image
+    row copies each K group as one 16-byte transpose, one that wraps to the next row element
+    by element (OUT_W 12: every panel in a row; 10: some wrap), dilated taps too."""
+    w = qconv(HW=hw, dil=dil, pad=dil, C=7)
+    t = get_template(w.kind)
+    cfg = t.default_config(w, 1)
+    assert cfg["mr"] == 4 and cfg["dot"] in ("maddubs", "vnni")
+    assert "vinterleave4(v)" in t.codegen(w, cfg)
+    assert check(w, cfg) is None
+    assert check(w, cfg, seed=3) is None
+    stride2 = qconv(HW=hw, stride=2)
+    assert "vinterleave4" not in get_template(stride2.kind).codegen(stride2, t.default_config(stride2, 1))
