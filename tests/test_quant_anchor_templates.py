@@ -192,3 +192,15 @@ def test_nchw_im2col_groups_copied_as_transposes_are_exact(hw, dil):
     assert check(w, cfg, seed=3) is None
     stride2 = qconv(HW=hw, stride=2)
     assert "vinterleave4" not in get_template(stride2.kind).codegen(stride2, t.default_config(stride2, 1))
+
+
+@pytest.mark.parametrize("hw", [(6, 10), (5, 5)])
+def test_nchw_1x1_a_transposed_in_groups_is_exact(hw):
+    """A 1x1 NCHW conv's A is the image [C, H*W] transposed: full 4-row panels copy each
+    group as one 16-byte transpose; the last partial panel and group (C = 19) by bytes."""
+    w = qconv(k=1, pad=0, C=19, O=23, HW=hw)
+    t = get_template(w.kind)
+    cfg = t.default_config(w, 1)
+    assert "vinterleave4(v)" in t.codegen(w, cfg)
+    assert check(w, cfg) is None
+    assert check(w, cfg, seed=3) is None

@@ -51,9 +51,12 @@ def empty_aligned_source(name: str, dtype: str) -> list[str]:
     ]
 
 
-def pack_a_source(a_layout: str = "MK") -> list[str]:
+def pack_a_source(a_layout: str = "MK", vector_groups: bool = False) -> list[str]:
     """``a_layout`` "MK": A is [M, K] row-major; "KM": A is given as its transpose [K, M] (a
-    batch-1 NCHW image [C, H*W] as the A of a 1x1 convolution), read ``A[k, i]``."""
+    batch-1 NCHW image [C, H*W] as the A of a 1x1 convolution), read ``A[k, i]``.
+    ``vector_groups`` (KM, MR = G = 4): a full panel's group is 4 rows of A^T holding 4
+    adjacent bytes each, copied as one 16-byte [t][r] block transposed by one shuffle
+    (``vinterleave4``) instead of 16 byte copies."""
     lines = [
         "@numba.njit(cache=True)",
         "def pack_a(A, i0, p0, mc, kc, Ap):",
@@ -76,6 +79,21 @@ def pack_a_source(a_layout: str = "MK") -> list[str]:
         "                for t in range(G):",
         "                    Ap[q, full, r, t] = A[i + r, p0 + full * G + t] if (r < h and full * G + t < kc) else 0",
     ]
+    if a_layout == "KM" and vector_groups:
+        at = lines.index("        for g in range(full):")
+        lines[at:at] = [
+            "        if h == MR:   # 4 adjacent bytes per row of A^T: one 16-byte transpose per group",
+            "            Aq = Ap[q].reshape(-1)",
+            "            for g in range(full):",
+            "                r0 = (p0 + g * G) * S + i",
+            "                v = vconcat(vconcat(vload(Af, r0, 4), vload(Af, r0 + S, 4)),",
+            "                            vconcat(vload(Af, r0 + 2 * S, 4), vload(Af, r0 + 3 * S, 4)))",
+            "                vstore(Aq, g * (MR * G), vinterleave4(v))",
+            "        else:"]
+        end = lines.index("        if full * G < kc:   # the last, partial group")
+        lines[at + 8:end] = ["    " + ln for ln in lines[at + 8:end]]
+        top = lines.index("    full = kc // G")
+        lines[top:top] = ["    Af = A.reshape(-1)", "    S = A.shape[1]   # A^T's row stride"]
     if a_layout == "KM":
         lines = [ln.replace("A[i + r, k + t]", "A[k + t, i + r]")
                  .replace("A[i + r, p0 + full * G + t]", "A[p0 + full * G + t, i + r]")

@@ -312,9 +312,10 @@ class QConv2dTemplate(QuantAnchorTemplate):
 
     @staticmethod
     def transposed_groups(w, c) -> bool:
-        """Whether the im2col copies a panel's K groups as 16-byte transposes (``_im2col_pack``):
-        NCHW, 4 x 4 byte groups (4-row panels, ``maddubs``/``vnni``), stride 1 along W, so a
-        tap's 4 pixels are 4 adjacent bytes of the image. Zen 3, ResNet-50's 3 x 3 layer
+        """Whether the im2col copies a panel's K groups as 16-byte transposes (``_im2col_pack``,
+        and a 1x1's A^T packing, ``pack_a_source("KM", vector_groups=True)``): NCHW, 4 x 4
+        byte groups (4-row panels, ``maddubs``/``vnni``), stride 1 along W, so a tap's 4
+        pixels are 4 adjacent bytes of the image. Zen 3, ResNet-50's 3 x 3 layer
         M3136 N64 K576 at 1 thread (fastest of 80, thread CPU time): the whole im2col 0.58
         -> 0.27 ms, the kernel 1.94 -> 1.62 ms."""
         g = w.geometry
@@ -322,7 +323,7 @@ class QConv2dTemplate(QuantAnchorTemplate):
                 and g["SW"] == 1)
 
     def extra_imports(self, w, c) -> list[str]:
-        if self.plain_gemm(w) or not self.transposed_groups(w, c):
+        if not self.transposed_groups(w, c):
             return []
         return ["from search_spaces.runtime.simd_int8 import vconcat, vinterleave4"]
 
@@ -365,7 +366,7 @@ class QConv2dTemplate(QuantAnchorTemplate):
         if self.plain_gemm(w):
             if nchw:   # batch 1: the data is [C, H*W] = A^T
                 return ([f"A = p{x_i}.reshape((K, M))   # data [C, H*W]: A transposed", b],
-                        i8.pack_a_source("KM"), b_layout)
+                        i8.pack_a_source("KM", self.transposed_groups(w, c)), b_layout)
             return [f"A = p{x_i}.reshape((M, K))   # data [N*H*W, C]", b], None, b_layout
         a = (f"A = pad_input(p{x_i})   # the data padded with the zero point: the A packing is the im2col"
              if self.padded(w) else f"A = p{x_i}   # the 4-D data: the A packing is the im2col")
