@@ -210,9 +210,10 @@ class GemmInt8Template(Template):
         but A (a conv's im2col) is packed by every thread that needs it: split over N, each
         thread packs all of A. ``balanced_split`` weighs that against the evenness of an M
         split, and an M split takes the whole N in one block (an N loop outside the parallel
-        M loop would pack A once per N block). Zen 3, ResNet-50 INT8 at 2 threads, one
-        process, per layer: M3136 N64 K576 1.26-1.30x over M, M12544 N64 K147 1.17x, M196
-        N256 K2304 0.79x and M49 N512 K4608 0.62x (those stay on N)."""
+        M loop would pack A once per N block). Zen 3, ResNet-50 INT8 at 2 threads, the
+        graph built both ways in one process, per layer against the N split: M3136 N64 K576
+        1.24-1.26x, M12544 N64 K147 1.23x, M784 N128 K1152 1.14x; an M split of the M196 and
+        M49 layers measured 0.62-0.80x, and they stay on N."""
         cfg = balanced_split(sp, cfg, w.M, w.N, shared_a=(w.K, w.M * w.K),
                              per_shared_byte=INT8_PACK_OPS_PER_BYTE)
         if cfg["parallel"] == "m":
