@@ -178,7 +178,7 @@ def test_parallel_configs_are_exact(name, par):
     assert check(w, cfg) is None
 
 
-@pytest.mark.parametrize("hw,dil", [((6, 12), 1), ((9, 10), 2)])
+@pytest.mark.parametrize("hw,dil", [pytest.param((6, 12), 1, marks=pytest.mark.slow), ((9, 10), 2)])
 def test_nchw_im2col_groups_copied_as_transposes_are_exact(hw, dil):
     """NCHW, 4-row panels of 4-byte groups, stride 1: a panel whose 4 pixels lie in one image
     row copies each K group as one 16-byte transpose, one that wraps to the next row element
@@ -194,7 +194,7 @@ def test_nchw_im2col_groups_copied_as_transposes_are_exact(hw, dil):
     assert "vinterleave4" not in get_template(stride2.kind).codegen(stride2, t.default_config(stride2, 1))
 
 
-@pytest.mark.parametrize("hw", [(6, 10), (5, 5)])
+@pytest.mark.parametrize("hw", [pytest.param((6, 10), marks=pytest.mark.slow), (5, 5)])
 def test_nchw_1x1_a_transposed_in_groups_is_exact(hw):
     """A 1x1 NCHW conv's A is the image [C, H*W] transposed: full 4-row panels copy each
     group as one 16-byte transpose; the last partial panel and group (C = 19) by bytes."""
