@@ -51,6 +51,18 @@ def empty_aligned_source(name: str, dtype: str) -> list[str]:
     ]
 
 
+def interleave4_store(src: str, starts: tuple[str, str, str, str], lanes: int, dst: str,
+                      at: str) -> list[str]:
+    """Source storing 4 rows of ``lanes`` bytes (``src`` from each of ``starts``) as K
+    groups of 4: lane 4c + r of the 4 * ``lanes`` bytes stored at ``dst[at]`` is row r's byte
+    c (``vinterleave4``, one shuffle). B's panels (rows = 4 K steps of NR columns) and the
+    A^T / im2col groups (rows = 4 taps of 4 adjacent pixels) are both this copy."""
+    a, b, c, d = starts
+    return [f"lo = vconcat(vload({src}, {a}, {lanes}), vload({src}, {b}, {lanes}))",
+            f"hi = vconcat(vload({src}, {c}, {lanes}), vload({src}, {d}, {lanes}))",
+            f"vstore({dst}, {at}, vinterleave4(vconcat(lo, hi)))"]
+
+
 def pack_a_source(a_layout: str = "MK", vector_groups: bool = False) -> list[str]:
     """``a_layout`` "MK": A is [M, K] row-major; "KM": A is given as its transpose [K, M] (a
     batch-1 NCHW image [C, H*W] as the A of a 1x1 convolution), read ``A[k, i]``.
@@ -79,19 +91,17 @@ def pack_a_source(a_layout: str = "MK", vector_groups: bool = False) -> list[str
         "                for t in range(G):",
         "                    Ap[q, full, r, t] = A[i + r, p0 + full * G + t] if (r < h and full * G + t < kc) else 0",
     ]
-    if a_layout == "KM" and vector_groups:
+    if a_layout == "KM" and vector_groups:   # the byte loop of full groups becomes the else
         at = lines.index("        for g in range(full):")
-        lines[at:at] = [
-            "        if h == MR:   # 4 adjacent bytes per row of A^T: one 16-byte transpose per group",
-            "            Aq = Ap[q].reshape(-1)",
-            "            for g in range(full):",
-            "                r0 = (p0 + g * G) * S + i",
-            "                v = vconcat(vconcat(vload(Af, r0, 4), vload(Af, r0 + S, 4)),",
-            "                            vconcat(vload(Af, r0 + 2 * S, 4), vload(Af, r0 + 3 * S, 4)))",
-            "                vstore(Aq, g * (MR * G), vinterleave4(v))",
-            "        else:"]
         end = lines.index("        if full * G < kc:   # the last, partial group")
-        lines[at + 8:end] = ["    " + ln for ln in lines[at + 8:end]]
+        vector = ["        if h == MR:   # 4 adjacent bytes per row of A^T: one 16-byte transpose per group",
+                  "            Aq = Ap[q].reshape(-1)",
+                  "            for g in range(full):",
+                  "                r0 = (p0 + g * G) * S + i",
+                  *("                " + ln for ln in interleave4_store(
+                      "Af", ("r0", "r0 + S", "r0 + 2 * S", "r0 + 3 * S"), 4, "Aq", "g * (MR * G)")),
+                  "        else:"]
+        lines[at:end] = vector + ["    " + ln for ln in lines[at:end]]
         top = lines.index("    full = kc // G")
         lines[top:top] = ["    Af = A.reshape(-1)", "    S = A.shape[1]   # A^T's row stride"]
     if a_layout == "KM":
@@ -129,9 +139,8 @@ def pack_b_source(b_layout: str = "KN", vector_nr: int | None = None) -> list[st
             "            Bq = Bp[q].reshape(-1)",
             "            for g in range(full):",
             "                r = (p0 + g * G) * NB + j",
-            f"                lo = vconcat(vload(Bf, r, {nr}), vload(Bf, r + NB, {nr}))",
-            f"                hi = vconcat(vload(Bf, r + 2 * NB, {nr}), vload(Bf, r + 3 * NB, {nr}))",
-            f"                vstore(Bq, g * {4 * nr}, vinterleave4(vconcat(lo, hi)))"]
+            *("                " + ln for ln in interleave4_store(
+                "Bf", ("r", "r + NB", "r + 2 * NB", "r + 3 * NB"), nr, "Bq", f"g * {4 * nr}"))]
     lines = [
         "@numba.njit(cache=True)",
         "def pack_b(B, p0, j0, kc, nc, Bp):",
@@ -326,7 +335,8 @@ def constants(w, c: dict, runtime: tuple[str, ...] = ()) -> list[str]:
 
 
 def imports(c: dict, vector_b: bool = False) -> list[str]:
-    """``vector_b``: the vector B packing's helpers too (``pack_b_source``'s ``vector_nr``)."""
+    """``vector_b``: the helpers of ``interleave4_store`` too (the vector B packing,
+    ``pack_b_source``'s ``vector_nr``; a qconv2d's transposed A groups)."""
     more = ", vconcat, vinterleave4" if vector_b else ""
     return ["import numba",
             "import numpy as np",

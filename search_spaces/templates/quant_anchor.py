@@ -109,9 +109,10 @@ class QuantAnchorTemplate(Template):
     def describe(self, w) -> str:
         return ""
 
-    def extra_imports(self, w, c: dict) -> list[str]:
-        """Import lines the subclass's own source parts need."""
-        return []
+    def transposed_groups(self, w, c: dict) -> bool:
+        """Whether A's packing copies K groups with ``interleave4_store`` (its helpers are
+        imported): the subclass's own packing says."""
+        return False
 
     # -- code generation -------------------------------------------------------------------
     def codegen(self, workload, config: Config) -> str:
@@ -203,7 +204,7 @@ class QuantAnchorTemplate(Template):
                     '    the kernel (what runs when a weight is not a constant of the graph)."""',
                     f"    BP, corr = prepare({prep_params})",
                     f"    kernel_prepared({', '.join([f'p{k}' for k in kept] + ['BP', 'corr'])}, out)"]
-        imports = i8.imports(c) + self.extra_imports(w, c)
+        imports = i8.imports(c, vector_b=self.transposed_groups(w, c))
         if par and "from numba import prange" not in imports:
             imports.append("from numba import prange")
         if in_registers:
@@ -310,8 +311,7 @@ class QConv2dTemplate(QuantAnchorTemplate):
     def padded(w) -> bool:
         return any(w.attrs["padding"])
 
-    @staticmethod
-    def transposed_groups(w, c) -> bool:
+    def transposed_groups(self, w, c) -> bool:
         """Whether the im2col copies a panel's K groups as 16-byte transposes (``_im2col_pack``,
         and a 1x1's A^T packing, ``pack_a_source("KM", vector_groups=True)``): NCHW, 4 x 4
         byte groups (4-row panels, ``maddubs``/``vnni``), stride 1 along W, so a tap's 4
@@ -321,11 +321,6 @@ class QConv2dTemplate(QuantAnchorTemplate):
         g = w.geometry
         return (g["data_layout"] == "NCHW" and int(c["mr"]) == 4 and i8.OPERANDS[c["dot"]][0] == 4
                 and g["SW"] == 1)
-
-    def extra_imports(self, w, c) -> list[str]:
-        if not self.transposed_groups(w, c):
-            return []
-        return ["from search_spaces.runtime.simd_int8 import vconcat, vinterleave4"]
 
     def extra_constants(self, w) -> list[str]:
         g = w.geometry
@@ -370,7 +365,7 @@ class QConv2dTemplate(QuantAnchorTemplate):
             return [f"A = p{x_i}.reshape((M, K))   # data [N*H*W, C]", b], None, b_layout
         a = (f"A = pad_input(p{x_i})   # the data padded with the zero point: the A packing is the im2col"
              if self.padded(w) else f"A = p{x_i}   # the 4-D data: the A packing is the im2col")
-        return [a, b], self._im2col_pack(w, c), b_layout
+        return [a, b], self._im2col_pack(w, c, self.transposed_groups(w, c)), b_layout
 
     def codegen(self, workload, config: Config) -> str:
         src = super().codegen(workload, config)
@@ -395,7 +390,7 @@ class QConv2dTemplate(QuantAnchorTemplate):
                 "    return Xp"]
 
     @staticmethod
-    def _im2col_pack(w, c) -> list[str]:
+    def _im2col_pack(w, c, transposed: bool = False) -> list[str]:
         """Implicit im2col over the (padded) image, every window inside it: per panel of MR
         rows, each row's window origin once; per K group of G taps their flat offsets once
         and MR x G byte copies unrolled (no index arithmetic per element; NHWC with C a
@@ -441,31 +436,30 @@ class QConv2dTemplate(QuantAnchorTemplate):
                      "pix = i - n * P",
                      "oh = pix // OUT_W",
                      f"b{r} = np.uint64(n * IMG + oh * SH * ROW + (pix - oh * OUT_W) * SW * PIXEL)   # row {r}'s window origin"]
-        body += ["for g in range(full):",
-                 "    k = p0 + g * G",
-                 "    d = np.uint64(dq + g * (MR * G))"]
+        group_loop = ["for g in range(full):",
+                      "    k = p0 + g * G",
+                      "    d = np.uint64(dq + g * (MR * G))"]
         if span:
-            body.append("    o = K_OFF[k]   # G contiguous channels of one tap")
+            group_loop.append("    o = K_OFF[k]   # G contiguous channels of one tap")
             for r in range(mr):
-                body += [f"    Apf[d + U{r * G + t}] = Xf[b{r} + o + U{t}]" for t in range(G)]
+                group_loop += [f"    Apf[d + U{r * G + t}] = Xf[b{r} + o + U{t}]" for t in range(G)]
         else:
-            scalar = [f"    o{t} = K_OFF[k + {t}]" for t in range(G)]
+            group_loop += [f"    o{t} = K_OFF[k + {t}]" for t in range(G)]
             for r in range(mr):
-                scalar += [f"    Apf[d + U{r * G + t}] = Xf[b{r} + o{t}]" for t in range(G)]
-            if QConv2dTemplate.transposed_groups(w, c):
-                body = body[:-3] + [
-                    "if b3 == b0 + U3:   # 4 pixels side by side in one image row",
-                    "    for g in range(full):",
-                    "        k = p0 + g * G",
-                    "        # each tap's 4 pixels are 4 adjacent bytes; 4 taps as one 16-byte",
-                    "        # [tap][pixel] block, transposed to the group's [pixel][tap] by one shuffle",
-                    "        v = vconcat(vconcat(vload(Xf, b0 + K_OFF[k], 4), vload(Xf, b0 + K_OFF[k + 1], 4)),",
-                    "                    vconcat(vload(Xf, b0 + K_OFF[k + 2], 4), vload(Xf, b0 + K_OFF[k + 3], 4)))",
-                    "        vstore(Apf, dq + g * (MR * G), vinterleave4(v))",
-                    "else:   # the panel wraps to the next image row: element by element"] \
-                    + ["    " + ln for ln in body[-3:] + scalar]
-            else:
-                body += scalar
+                group_loop += [f"    Apf[d + U{r * G + t}] = Xf[b{r} + o{t}]" for t in range(G)]
+        if transposed:
+            # each tap's 4 pixels are 4 adjacent bytes: 4 taps as one 16-byte [tap][pixel]
+            # block, stored as the group's [pixel][tap] by one shuffle
+            body += ["if b3 == b0 + U3:   # 4 pixels side by side in one image row",
+                     "    for g in range(full):",
+                     "        k = p0 + g * G",
+                     *("        " + ln for ln in i8.interleave4_store(
+                         "Xf", tuple(f"b0 + K_OFF[k + {t}]" for t in range(G)), 4, "Apf",
+                         "dq + g * (MR * G)")),
+                     "else:   # the panel wraps to the next image row: element by element",
+                     *("    " + ln for ln in group_loop)]
+        else:
+            body += group_loop
         body += ["if full < kg:   # the last, partial group"]
         body += ["    for t in range(G):",
                  "        for r in range(MR):",
