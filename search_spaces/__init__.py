@@ -26,6 +26,8 @@ REGISTRY: dict[str, str] = {
     "fixed": "search_spaces.templates.fixed:FixedTemplate",
     "qdense": "search_spaces.templates.quant_anchor:QDenseTemplate",
     "qconv2d": "search_spaces.templates.quant_anchor:QConv2dTemplate",
+    "qconv2d_grouped": "search_spaces.templates.quant_anchor:QGroupedConv2dTemplate",
+    "qdepthwise_conv2d": "search_spaces.templates.quant_depthwise:QDepthwiseConv2dTemplate",
 }
 _INSTANCES: dict[str, object] = {}
 _PRIORITY: dict[str, int] = {}

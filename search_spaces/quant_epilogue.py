@@ -96,6 +96,18 @@ def bias_param(epilogue: list[dict]) -> tuple[int, bool] | None:
     return k, shape[0] != 1
 
 
+def bias_source(epilogue: list[dict], channel: str) -> str:
+    """Source of output channel ``channel``'s requantize bias ("0" without a requantize)."""
+    bias = bias_param(epilogue)
+    return "0" if bias is None else f"p{bias[0]}[" + (channel if bias[1] else "0") + "]"
+
+
+def prepared_inputs(workload) -> tuple[int, ...]:
+    """What a quantized anchor's ``prepare`` takes: the weight and, with a requantize, the bias."""
+    bias = bias_param(workload.epilogue)
+    return (workload.p["anchor_inputs"][1],) + ((bias[0],) if bias is not None else ())
+
+
 def operand_params(epilogue: list[dict]) -> list[int]:
     """Parameter indices of the qadd operands."""
     return [e["others"][0][0] for e in epilogue[1:] if e["op"] == "qadd"]

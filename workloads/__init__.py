@@ -23,10 +23,14 @@ REGISTRY: dict[str, str] = {
     "fixed": "workloads.fused:FixedGroup",
     "qdense": "workloads.quant_fused:QDenseGroup",
     "qconv2d": "workloads.quant_fused:QConv2dGroup",
+    "qconv2d_grouped": "workloads.quant_fused:QGroupedConv2dGroup",
+    "qdepthwise_conv2d": "workloads.quant_fused:QDepthwiseConv2dGroup",
 }
 # kinds made from fused groups, in the order kind_of asks them; (priority, kind)
 _GROUP_KINDS: list[tuple[int, str]] = [(0, "conv2d"), (0, "depthwise_conv2d"), (0, "dense"),
-                                       (0, "qdense"), (0, "qconv2d"), (0, "injective"),
+                                       (0, "qdense"), (0, "qconv2d"), (0, "qdepthwise_conv2d"),
+                                       (0, "qconv2d_grouped"),
+                                       (0, "injective"),
                                        (-100, "fixed")]
 _CLASSES: dict[str, type[Workload]] = {}
 

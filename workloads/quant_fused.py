@@ -4,7 +4,12 @@ weight -> int32) with its integer epilogue, computed by the int8 templates.
 Kinds (registered in ``workloads.REGISTRY``, claimed before ``fixed``):
 
 - ``qdense``: ``qdense`` (data[..., K] x weight[N, K]^T);
-- ``qconv2d``: ``qconv2d`` with ``groups=1`` in NCHW/OIHW or NHWC/HWIO.
+- ``qconv2d``: ``qconv2d`` with ``groups=1`` in NCHW/OIHW or NHWC/HWIO;
+- ``qconv2d_grouped``: a grouped (depthwise too) ``qconv2d``, NCHW/OIHW, batch 1: ``groups``
+  GEMMs, one per group of C/groups input and O/groups output channels (its ``geometry`` is
+  one group's convolution and GEMM, with ``groups``);
+- ``qdepthwise_conv2d``: a depthwise ``qconv2d`` (groups == input channels), NCHW/OIHW, batch
+  1 (a direct kernel: as GEMMs, one per channel, its groups are slivers).
 
 Epilogue claimed (what the Quantize pass and FuseOps make): nothing (int32 output), or a
 ``requantize`` along the output-channel axis (to uint8/int8, or float32), then any number of
@@ -112,9 +117,15 @@ class QuantGemmGroup(FusedWorkload):
     def reduction_length(self) -> int:
         return self.geometry["K"]
 
+    @property
+    def out_channels(self) -> int:
+        """Output channels of the whole op (all groups)."""
+        return self.geometry["N"] * self.geometry.get("groups", 1)
+
     def flops(self) -> int:
         g = self.geometry
-        return 2 * g["M"] * g["N"] * g["K"] + 2 * math.prod(self.out_shape) * len(self.epilogue)
+        return (2 * g["M"] * g["N"] * g["K"] * g.get("groups", 1)
+                + 2 * math.prod(self.out_shape) * len(self.epilogue))
 
     # -- inputs and check ---------------------------------------------------------------
     def make_inputs(self, seed: int = 0) -> list[np.ndarray]:
@@ -149,7 +160,7 @@ class QuantGemmGroup(FusedWorkload):
         if epi:
             rq = epi[0]
             (kb, bshape, _), (ks, sshape, _) = rq["others"]
-            c = self.geometry["N"]
+            c = self.out_channels
             bias = rng.integers(-(1 << 12), 1 << 12, size=bshape, dtype=np.int64).astype(np.int32)
             axis = _channel_axis(self.p)
             moved = np.moveaxis(acc, axis, -1).reshape(-1, c) + bias.astype(np.int64).reshape(1, -1)
@@ -218,18 +229,48 @@ class QConv2dGroup(QuantGemmGroup):
     @cached_property
     def geometry(self) -> dict:
         """The convolution (N, C, H, W, O, KH, KW, OH, OW, strides, padding, dilation,
-        layouts) and its GEMM view: M = N*OH*OW output pixels, N (GEMM) = O, K = C*KH*KW."""
+        layouts) and its GEMM view: M = N*OH*OW output pixels, N (GEMM) = O, K = C*KH*KW.
+        For ``groups`` > 1, C and O are one group's channels (each group one such GEMM)."""
         a = self.attrs
+        groups = a.get("groups", 1)
         dl, kl = a["data_layout"], a["kernel_layout"]
         (xs, _), (ws, _) = (self.p["inputs"][i] for i in self.p["anchor_inputs"])
         x = {ch: xs[dl.index(ch)] for ch in "NCHW"}
         k = {ch: ws[kl.index(ch)] for ch in "OIHW"}
         o = dict(zip(dl, self.out_shape))
-        conv = {"batch": x["N"], "C": x["C"], "H": x["H"], "W": x["W"], "O": k["O"],
+        conv = {"batch": x["N"], "C": x["C"] // groups, "H": x["H"], "W": x["W"], "O": k["O"] // groups,
                 "KH": k["H"], "KW": k["W"], "OH": o["H"], "OW": o["W"],
                 "SH": a["strides"][0], "SW": a["strides"][1],
                 "PT": a["padding"][0], "PL": a["padding"][1],
                 "DH": a["dilation"][0], "DW": a["dilation"][1],
-                "data_layout": dl, "kernel_layout": kl}
-        conv.update({"M": x["N"] * o["H"] * o["W"], "N": k["O"], "K": x["C"] * k["H"] * k["W"]})
+                "data_layout": dl, "kernel_layout": kl, "groups": groups}
+        conv.update({"M": x["N"] * o["H"] * o["W"], "N": conv["O"], "K": conv["C"] * k["H"] * k["W"]})
         return conv
+
+
+class QGroupedConv2dGroup(QConv2dGroup):
+    """A grouped ``qconv2d`` (``groups`` > 1, depthwise included), NCHW/OIHW at batch 1, where
+    each group's input and output channels are one contiguous run of the data and output."""
+
+    kind: ClassVar[str] = "qconv2d_grouped"
+
+    @classmethod
+    def _claims(cls, params: dict) -> bool:
+        a = params["anchor_attrs"]
+        groups = a.get("groups", 1)
+        if groups < 2 or (a["data_layout"], a["kernel_layout"]) != ("NCHW", "OIHW"):
+            return False
+        xs = params["inputs"][params["anchor_inputs"][0]][0]
+        o = params["output"][0][1]
+        return xs[0] == 1 and xs[1] % groups == 0 and o % groups == 0
+
+
+class QDepthwiseConv2dGroup(QGroupedConv2dGroup):
+    """A depthwise ``qconv2d``: one input channel per group (``geometry``: C 1, N = O / groups)."""
+
+    kind: ClassVar[str] = "qdepthwise_conv2d"
+
+    @classmethod
+    def _claims(cls, params: dict) -> bool:
+        xs = params["inputs"][params["anchor_inputs"][0]][0]
+        return super()._claims(params) and params["anchor_attrs"].get("groups", 1) == xs[1]

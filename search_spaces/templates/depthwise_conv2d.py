@@ -54,6 +54,58 @@ def plan(w) -> dict:
     return {**g, "MU": g["O"] // g["C"], "planes": g["N"] * g["C"]}
 
 
+def direct_space(g: dict, lanes: int, max_threads: int) -> ConfigSpace:
+    """The knobs of a direct depthwise kernel (this template's and the int8 one's,
+    ``quant_depthwise``): ``vec`` (half or whole register of ``lanes``), ``unroll`` vectors
+    of output columns, ``rows``, ``threads``; ``g`` has OH, OW and planes."""
+    target = isa.current()
+    L = lanes
+    knobs = [
+        Knob("vec", (L // 2, L), True, "vector lanes (half or whole register)"),
+        Knob("unroll", (1, 2, 3, 4), True, "vectors of output columns per iteration"),
+        Knob("rows", (1, 2, 3, 4), True, "output rows per iteration"),
+        Knob("threads", tuple(range(1, max(1, max_threads) + 1)), True,
+             "Numba threads (planes split across them)"),
+    ]
+
+    def registers(c):
+        live = c["rows"] * c["unroll"] + 2   # accumulators + a load + the weight broadcast
+        if live > target.registers:
+            return (f"{c['rows']} x {c['unroll']} accumulators + 2 = {live} vector registers "
+                    f"> the {target.registers} of {target.name}")
+        return None
+
+    def covers(c):
+        if (c["unroll"] - 1) * c["vec"] >= g["OW"]:
+            return f"unroll={c['unroll']} x vec={c['vec']}: a vector past every output column"
+        if c["rows"] > g["OH"]:
+            return f"rows={c['rows']} > {g['OH']} output rows"
+        return None
+
+    def threads(c):
+        if c["threads"] > g["planes"]:
+            return f"threads={c['threads']} > {g['planes']} planes"
+        return None
+    return ConfigSpace(knobs, [Constraint("registers", registers),
+                               Constraint("covers", covers), Constraint("threads", threads)])
+
+
+def direct_default(sp: ConfigSpace, g: dict, macs: int, max_threads: int) -> Config:
+    """Whole registers (half for a row of at most half a register), vectors to span a row up
+    to 2, 2 rows, every thread from PARALLEL_MACS multiply-adds."""
+    vec = sp.knob("vec").values[-1]
+    if g["OW"] <= vec // 2:
+        vec = sp.knob("vec").values[0]
+    unroll = max(1, min(2, _ceil(g["OW"], vec)))
+    rows = min(2, g["OH"])
+    threads = max(1, min(max_threads, g["planes"])) if macs >= PARALLEL_MACS else 1
+    cfg = {"vec": vec, "unroll": unroll, "rows": rows, "threads": threads}
+    if sp.violation(cfg) is not None:
+        cfg.update(unroll=1, rows=1)
+    sp.validate(Config(cfg))
+    return Config(cfg)
+
+
 class DepthwiseConv2dTemplate(Template):
     name = "depthwise_conv2d"
     version = 1
@@ -61,37 +113,7 @@ class DepthwiseConv2dTemplate(Template):
     entry = "kernel"
 
     def space(self, workload, max_threads: int = 1) -> ConfigSpace:
-        g = plan(workload)
-        target = isa.current()
-        L = target.lanes(workload.dtype)
-        knobs = [
-            Knob("vec", (L // 2, L), True, "vector lanes (half or whole register)"),
-            Knob("unroll", (1, 2, 3, 4), True, "vectors of output columns per iteration"),
-            Knob("rows", (1, 2, 3, 4), True, "output rows per iteration"),
-            Knob("threads", tuple(range(1, max(1, max_threads) + 1)), True,
-                 "Numba threads (planes split across them)"),
-        ]
-
-        def registers(c):
-            live = c["rows"] * c["unroll"] + 2   # accumulators + a load + the weight broadcast
-            if live > target.registers:
-                return (f"{c['rows']} x {c['unroll']} accumulators + 2 = {live} vector registers "
-                        f"> the {target.registers} of {target.name}")
-            return None
-
-        def covers(c):
-            if (c["unroll"] - 1) * c["vec"] >= g["OW"]:
-                return f"unroll={c['unroll']} x vec={c['vec']}: a vector past every output column"
-            if c["rows"] > g["OH"]:
-                return f"rows={c['rows']} > {g['OH']} output rows"
-            return None
-
-        def threads(c):
-            if c["threads"] > g["planes"]:
-                return f"threads={c['threads']} > {g['planes']} planes"
-            return None
-        return ConfigSpace(knobs, [Constraint("registers", registers),
-                                   Constraint("covers", covers), Constraint("threads", threads)])
+        return direct_space(plan(workload), isa.current().lanes(workload.dtype), max_threads)
 
     def default_config(self, workload, max_threads: int = 1) -> Config:
         """Whole registers; enough vectors to span a row up to 2 (a 7-wide row: 1); 2 rows
@@ -99,19 +121,8 @@ class DepthwiseConv2dTemplate(Template):
         PARALLEL_MACS multiply-adds (a 16 x 14 x 14 3x3 conv, 28k MACs, 13 us: one thread
         beat two by 4x in a side-by-side re-measurement, Zen 3 under load)."""
         g = plan(workload)
-        sp = self.space(workload, max_threads)
-        vec = sp.knob("vec").values[-1]
-        if g["OW"] <= vec // 2:
-            vec = sp.knob("vec").values[0]
-        unroll = max(1, min(2, _ceil(g["OW"], vec)))
-        rows = min(2, g["OH"])
         macs = g["N"] * g["O"] * g["OH"] * g["OW"] * g["KH"] * g["KW"]
-        threads = max(1, min(max_threads, g["planes"])) if macs >= PARALLEL_MACS else 1
-        cfg = {"vec": vec, "unroll": unroll, "rows": rows, "threads": threads}
-        if sp.violation(cfg) is not None:
-            cfg.update(unroll=1, rows=1)
-        sp.validate(Config(cfg))
-        return Config(cfg)
+        return direct_default(self.space(workload, max_threads), g, macs, max_threads)
 
     def domain_features(self, params, config, caches=None) -> dict:
         return depthwise_features(params, config, caches)

@@ -51,6 +51,9 @@ REQUANTIZE = ("pass", "registers")
 
 
 class QuantAnchorTemplate(Template):
+    # the names of the generated prepare / prepared-kernel pair (a grouped conv calls them
+    # once per group from its own ``prepare`` and ``kernel_prepared``)
+    prepare_name, kernel_name = "prepare", "kernel_prepared"
     version = 5   # 5: NCHW im2col groups copied as 16-byte transposes; 4: the micro-kernel inlined for requantize="pass" too (gemm_int8 v4)
     entry = "kernel"
 
@@ -145,16 +148,14 @@ class QuantAnchorTemplate(Template):
                 '"""']
         consts = i8.constants(w.gemm(), c) + [f"XZP = {w.x_zero_point}   # data zero point"] \
             + self.extra_constants(w)
-        bias = qe.bias_param(epi)
         sc = qe.scale_param(epi)
         prepared = self.prepared_inputs(w, config)
         kept = [k for k in range(n_in) if k not in prepared]
         # prepare: the constant operands (weight, bias) -> B packed in the kernel's blocks and
         # the zero-point correction folded into the bias, once per weight (at build time)
         prep_params = ", ".join(f"p{k}" for k in prepared)
-        bias_src = "0" if bias is None else f"p{bias[0]}[" + ("j" if bias[1] else "0") + "]"
         prepare = ["@numba.njit(cache=True)",
-                   f"def prepare({prep_params}):",
+                   f"def {self.prepare_name}({prep_params}):",
                    '    """The constant operands in the form the kernel reads: (BP, corr) with BP the',
                    "    weight packed in K groups per (TILE_N, TILE_K) block (``pack_b_all``) and",
                    "    corr[c] = bias[c] - XZP * sum_k w[c, k] (the zero-point correction folded",
@@ -166,7 +167,7 @@ class QuantAnchorTemplate(Template):
                    "        s = 0",
                    "        for k in range(K):",
                    f"            s += B[{'j, k' if b_layout == 'NK' else 'k, j'}]",
-                   f"        corr[j] = {bias_src} - XZP * s",
+                   f"        corr[j] = {qe.bias_source(epi, 'j')} - XZP * s",
                    "    return BP, corr"]
         in_registers = c.get("requantize", "pass") == "registers"
         body = [ln for ln in prep if not ln.startswith("B = ")]
@@ -195,7 +196,7 @@ class QuantAnchorTemplate(Template):
             body += self.store_lines(w, epi, stmts, store, flat, row_lines, par)
         kparams = ", ".join([f"p{k}" for k in kept] + ["BP", "corr"])
         kern = [f"@numba.njit(cache=True{', parallel=True' if par else ''})",
-                f"def kernel_prepared({kparams}, out):",
+                f"def {self.kernel_name}({kparams}, out):",
                 '    """The kernel on prepared operands (BP, corr from ``prepare``); every element',
                 '    of out is written."""'] + ["    " + ln for ln in body]
         per_call = ["@numba.njit(cache=True)",
@@ -214,14 +215,12 @@ class QuantAnchorTemplate(Template):
         parts = [head + imports + [""] + consts]
         parts += i8.engine_parts(c, pack_a=pack_a, b_layout=b_layout, name="gemm", b_packed=True,
                                  tile_store=tile_store, extra=extra)
-        parts += [prepare, kern, per_call]
+        parts += [prepare, kern, per_call] + self.entry_points(w, c, prepared, kept)
         return "\n\n\n".join("\n".join(p) for p in parts) + "\n"
 
     def prepared_inputs(self, workload, config) -> tuple[int, ...]:
         """The weight and, with a requantize, the bias: what ``prepare`` takes."""
-        bias = qe.bias_param(workload.epilogue)
-        w_i = workload.p["anchor_inputs"][1]
-        return (w_i,) + ((bias[0],) if bias is not None else ())
+        return qe.prepared_inputs(workload)
 
     def weight_view(self, w) -> str:
         """Source of B from the weight parameter: [N, K] ("NK") or [K, N] ("KN")."""
@@ -267,6 +266,10 @@ class QuantAnchorTemplate(Template):
         return body
 
     def extra_constants(self, w) -> list[str]:
+        return []
+
+    def entry_points(self, w, c: dict, prepared: tuple[int, ...], kept: list[int]) -> list[list[str]]:
+        """Functions beyond ``prepare``/``kernel_prepared``/``kernel`` (a grouped conv's loops)."""
         return []
 
 
@@ -492,3 +495,73 @@ class QConv2dTemplate(QuantAnchorTemplate):
             return [], f"i * {g['N']} + j", "j"
         # NCHW: C[i, j] is out[n, j, pixel]
         return (["n = i // P", "pix = i - n * P"], "(n * N + j) * P + pix", "j")
+
+
+class QGroupedConv2dTemplate(QConv2dTemplate):
+    """A grouped (or depthwise) qconv2d, NCHW/OIHW at batch 1 (``QGroupedConv2dGroup``): one
+    group's kernel generated as a ``qconv2d`` (``prepare_group``/``kernel_group``: its space,
+    im2col and epilogue; the workload's geometry is one group's), called once per group on the
+    group's contiguous run of input channels, weights, biases, scales, residual operands and
+    output channels. ``prepare`` packs every group's weights into one array (a leading group
+    axis). The knobs are the per-group GEMM's; ``parallel`` splits each group's GEMM."""
+
+    name = "qconv2d_grouped"
+    workload_kind = "qconv2d_grouped"
+    prepare_name, kernel_name = "prepare_group", "kernel_group"
+
+    def describe(self, w) -> str:
+        return f"{w.geometry['groups']} groups, each " + super().describe(w)
+
+    def extra_constants(self, w) -> list[str]:
+        g = w.geometry
+        return super().extra_constants(w) + [
+            f"GROUPS = {g['groups']}   # GEMMs, one per group of IN_C input and N output channels",
+            f"XG, WG, OG = {g['C'] * g['H'] * g['W']}, {g['N'] * g['K']}, {g['N'] * g['OH'] * g['OW']}"
+            "   # one group's data, weight and output elements"]
+
+    def entry_points(self, w, c, prepared, kept):
+        g = w.geometry
+        epi = w.epilogue
+        x_i, w_i = w.p["anchor_inputs"]
+        bias = qe.bias_param(epi)
+        sc = qe.scale_param(epi)
+        per_channel = {k: s[0] != 1 for k, (s, _d) in enumerate(w.input_specs())}
+
+        def group_slice(k: int) -> str:
+            """Parameter k for group gi: its run of the group's channels (or all of it)."""
+            shape = w.input_specs()[k][0]
+            if k == x_i:
+                return f"p{k}.reshape(-1)[gi * XG:(gi + 1) * XG].reshape((1, IN_C, IN_H, IN_W))"
+            if k == w_i:
+                return f"p{k}.reshape(-1)[gi * WG:(gi + 1) * WG].reshape(({g['N']}, {', '.join(map(str, shape[1:]))}))"
+            if (bias is not None and k == bias[0]) or k == sc:
+                return f"p{k}.reshape(-1)[gi * N:(gi + 1) * N]" if per_channel[k] else f"p{k}"
+            # a residual (qadd) operand, output-shaped
+            return f"p{k}.reshape(-1)[gi * OG:(gi + 1) * OG].reshape((1, N, OUT_H, OUT_W))"
+
+        pparams = ", ".join(f"p{k}" for k in prepared)
+        first = ", ".join(group_slice(k) for k in prepared)
+        prepare = ["@numba.njit(cache=True)",
+                   f"def prepare({pparams}):",
+                   '    """Every group\'s (BP, corr) from ``prepare_group``, stacked on a leading group axis."""',
+                   "    gi = 0",
+                   f"    bp, cr = prepare_group({first})",
+                   "    BP = np.empty((GROUPS,) + bp.shape, bp.dtype)",
+                   "    corr = np.empty((GROUPS, N), np.int32)",
+                   "    BP[0] = bp",
+                   "    corr[0] = cr",
+                   "    for gi in range(1, GROUPS):",
+                   f"        bp, cr = prepare_group({first})",
+                   "        BP[gi] = bp",
+                   "        corr[gi] = cr",
+                   "    return BP, corr"]
+        par = c["parallel"] != "none"
+        kparams = ", ".join([f"p{k}" for k in kept] + ["BP", "corr"])
+        args = ", ".join([group_slice(k) for k in kept] + ["BP[gi]", "corr[gi]"])
+        kern = [f"@numba.njit(cache=True{', parallel=True' if par else ''})",
+                f"def kernel_prepared({kparams}, out):",
+                '    """Each group\'s kernel on its channels; every element of out is written."""',
+                "    Of = out.reshape(-1)",
+                "    for gi in range(GROUPS):",
+                f"        kernel_group({args}, Of[gi * OG:(gi + 1) * OG].reshape((1, N, OUT_H, OUT_W)))"]
+        return [prepare, kern]

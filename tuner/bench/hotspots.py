@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-GEMM_KINDS = ("conv2d", "dense", "qconv2d", "qdense")
+GEMM_KINDS = ("conv2d", "dense", "qconv2d", "qconv2d_grouped", "qdense")
 
 
 def gemm_equivalent(key: str) -> tuple[int, int, int, int] | None:
@@ -32,9 +32,9 @@ def gemm_equivalent(key: str) -> tuple[int, int, int, int] | None:
         except InstantiationError:   # a conv no GEMM formulation covers (NHWC grouped)
             return None
         return pl["batches"] * pl["groups"], pl["M"], pl["N"], pl["K"]
-    if w.kind in ("dense", "qdense", "qconv2d"):
-        g = w.geometry
-        return 1, g["M"], g["N"], g["K"]
+    if w.kind in ("dense", "qdense", "qconv2d", "qconv2d_grouped"):
+        g = w.geometry   # a grouped qconv2d's is one group's
+        return g.get("groups", 1), g["M"], g["N"], g["K"]
     return None
 
 

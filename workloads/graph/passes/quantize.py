@@ -5,8 +5,9 @@ weights, biases as ``add`` of a constant) and a range per float tensor (``tuner.
 calibrate``). What becomes 8-bit, read top to bottom in ``_plan``:
 
 - an *anchor chain*: ``conv2d`` (grouped too) / ``dense`` / ``matmul`` by a constant [K, N]
-  with a constant weight, then optionally an ``add`` of a per-channel constant (the bias)
-  and a ``relu``/``clip``, each the only user of the previous value. It becomes
+  with a constant weight, then optionally ``add``s of per-channel constants (the bias; a
+  conv's own bias and a folded batch norm's shift are two, summed into one) and a
+  ``relu``/``clip``, each the only user of the previous value. It becomes
   ``qconv2d``/``qdense`` (int32 accumulator) and one ``requantize`` (bias, per-channel
   scale, the activation as a clamp) so the anchor's output is 8-bit straight away;
   FuseOps then puts the ``requantize`` into the anchor's epilogue. When no quantized op
@@ -47,11 +48,11 @@ PASS_THROUGH = ("max_pool2d", "concatenate", *ACTIVATIONS, *MOVEMENT)
 
 @dataclass(frozen=True)
 class Chain:
-    """Original nodes rewritten as one quantized op: anchor [+ bias add] [+ activation]."""
+    """Original nodes rewritten as one quantized op: anchor [+ bias adds] [+ activation]."""
 
     kind: str              # "anchor" | "qadd" | "pass"
     nodes: tuple[str, ...]
-    bias: str | None = None
+    bias: tuple[str, ...] = ()   # the adds of per-channel constants, summed into one bias
     act: str | None = None
 
     @property
@@ -116,11 +117,13 @@ def _channel_axis(g: Graph, n: Node) -> int:
 
 
 def _bias_vector(g: Graph, anchor: Node, add: Node) -> np.ndarray | None:
-    """The per-channel [C] vector when ``add`` adds a constant along the anchor's channel axis."""
-    other = add.inputs[1] if add.inputs[0] == anchor.name else add.inputs[0]
+    """The per-channel [C] vector when ``add`` adds a constant along the anchor's channel axis
+    to the anchor's output or to an earlier such add's."""
+    src = next((i for i in add.inputs if not g.node(i).is_const), None)
+    other = add.inputs[1] if add.inputs[0] == src else add.inputs[0]
     b = const_array(g, other)
     out = g.type_of(anchor.name)
-    if b is None or add.inputs.count(anchor.name) != 1 or g.type_of(add.name).shape != out.shape:
+    if src is None or b is None or add.inputs.count(src) != 1 or g.type_of(add.name).shape != out.shape:
         return None
     ax = _channel_axis(g, anchor)
     if b.ndim > out.rank:
@@ -145,18 +148,20 @@ def _anchor_reason(g: Graph, n: Node) -> str | None:
     return None
 
 
-def _extend(g: Graph, last: Node, anchor: Node | None) -> tuple[list[str], str | None, str | None]:
-    nodes, bias, act = [], None, None
-    if anchor is not None:
+def _extend(g: Graph, last: Node, anchor: Node | None) -> tuple[list[str], tuple[str, ...], str | None]:
+    nodes, bias, act = [], [], None
+    while anchor is not None:
         add = _only_user(g, last.name, ("add",))
-        if add is not None and _bias_vector(g, anchor, add) is not None:
-            nodes.append(add.name)
-            bias, last = add.name, add
+        if add is None or _bias_vector(g, anchor, add) is None:
+            break
+        nodes.append(add.name)
+        bias.append(add.name)
+        last = add
     a = _only_user(g, last.name, ACTIVATIONS)
     if a is not None:
         nodes.append(a.name)
         act = a.name
-    return nodes, bias, act
+    return nodes, tuple(bias), act
 
 
 def _plan(g: Graph) -> tuple[list[Chain], dict[str, str]]:
@@ -290,7 +295,7 @@ class _Emitter:
         wq, ws = quantize_weight(warr, axis, qmax_w)
         channels = wq.shape[axis]
         acc_scale = np.float64(px.scale) * ws.astype(np.float64)
-        bias = _bias_vector(g, n, g.node(c.bias)) if c.bias else np.zeros(channels)
+        bias = sum((_bias_vector(g, n, g.node(a)) for a in c.bias), np.zeros(channels))
         bq = np.clip(np.rint(bias / acc_scale), np.iinfo(np.int32).min // 2,
                      np.iinfo(np.int32).max // 2).astype(np.int32)
         rq_scale = (acc_scale / np.float64(py.scale)).astype(np.float32)
