@@ -153,3 +153,18 @@ def test_measured_fma_peak_halves_for_float64():
     assert 0.25 < f64 / f32 < 0.8, (f32, f64)
     assert peak_gflops(host_target(), "float32", 2) == 2 * f32
     assert peak_gflops(host_target(), "int8", 1) is None
+
+
+def test_measured_int8_dot_peak_is_bounded_by_the_instructions():
+    """The int8 ceilings ``bench int8`` prints are multiplies the loop really issues: a
+    multiply hoisted out of the loop (its operands loop-invariant) would read ~8x the FMA
+    peak; a 256/512-bit dot product does at most 4x the fp32 FMA's operations per
+    instruction (``vpdpbusd``: 64 MACs against 16 FMAs at 512 bits)."""
+    from tuner.bench.int8_bench import core_peaks, peaks_line
+
+    peaks = core_peaks()
+    f = peaks["fp32_fma_gflops"]
+    assert {"maddubs", "madd16"} <= set(peaks), peaks
+    for dot in set(peaks) - {"fp32_fma_gflops"}:
+        assert 0.2 < peaks[dot] / f < 4.5, (dot, peaks)
+    assert "fp32 FMA" in peaks_line(peaks) and "maddubs" in peaks_line(peaks)

@@ -337,9 +337,12 @@ def test_bench_int8_end_to_end(db_url, tmp_path):
     for r in data["rows"]:
         assert r["int8_check"] is None   # ours is exact on both
         assert r["ratio_vs_ort"] > 0 and r["cpu_ratio_vs_fp32"] > 0 and len(r["samples"]["ort"]) == 2
+        assert r["int8_peak_share"] > 0   # of the measured ceiling of the row's formulation
+    assert data["peaks"]["fp32_fma_gflops"] > 0 and data["peaks"]["maddubs"] > 0
     # weights in [-64, 64]: ONNX Runtime is exact too
     assert data["rows"][1]["ort_check"] is None
     rep = tuner("bench", "report", str(out))
     assert rep.returncode == 0 and "| 1 | int8w7 | 24x16x20 |" in rep.stdout
+    assert "one core's measured ceilings: fp32 FMA" in rep.stdout and "% peak" in rep.stdout
     assert_one_line_error(tuner("bench", "int8", "--dtypes", "float32", "--db", db_url))
     assert_one_line_error(tuner("bench", "int8", "--shapes", "2x2", "--db", db_url))

@@ -85,6 +85,8 @@ def bench_int8(shapes, dtypes, threads_list, store, tune_trials: int = 0, strate
     target = host_target()
     allowed = sorted(os.sched_getaffinity(0))
     load_before = os.getloadavg()[0]
+    peaks = core_peaks()
+    log(peaks_line(peaks))
     rows = []
     for threads in threads_list:
         mopts = MeasureOptions(threads=threads, repeat=repeat, min_repeat_ms=min_repeat_ms, max_time_s=10.0)
@@ -136,6 +138,7 @@ def bench_int8(shapes, dtypes, threads_list, store, tune_trials: int = 0, strate
                        **{f"{k}_median_s": st[k]["median"] for k in CONTENDERS},
                        **{f"{k}_iqr_s": st[k]["iqr"] for k in CONTENDERS},
                        **{f"{k}_gops": ops / st[k]["median"] / 1e9 for k in CONTENDERS},
+                       "int8_peak_share": ops / st["int8"]["median"] / 1e9 / (peaks[sel.config["dot"]] * threads),
                        "ratio_vs_ort": st["ort"]["median"] / st["int8"]["median"],
                        "ratio_vs_fp32": st["fp32"]["median"] / st["int8"]["median"],
                        "ratio_vs_numpy_fp32": st["np32"]["median"] / st["int8"]["median"],
@@ -157,7 +160,26 @@ def bench_int8(shapes, dtypes, threads_list, store, tune_trials: int = 0, strate
             "target": {**target.to_dict(), "versions": versions},
             "settings": {"rounds": rounds, "repeat": repeat, "min_repeat_ms": min_repeat_ms,
                          "tune_trials": tune_trials},
-            "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)], "rows": rows}
+            "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+            "peaks": peaks, "rows": rows}
+
+
+def core_peaks() -> dict:
+    """One core's measured arithmetic ceilings (``tuner.bench.peak``): the fp32 FMA throughput
+    in GFLOPS and, per int8 dot-product formulation this CPU runs, its GOPS."""
+    from search_spaces.templates.gemm_int8 import GemmInt8Template, supported
+    from tuner.bench.peak import measured_dot_gops, measured_fma_gflops
+
+    tpl = GemmInt8Template()
+    dots = [d for d in ("maddubs", "madd16", "vnni") if supported(d, tpl.default_vec(), tpl.features)]
+    return {"fp32_fma_gflops": measured_fma_gflops("float32"), **{d: measured_dot_gops(d) for d in dots}}
+
+
+def peaks_line(peaks: dict) -> str:
+    """What INT8 can gain over FP32 in arithmetic on this core, one line."""
+    f = peaks["fp32_fma_gflops"]
+    dots = ", ".join(f"{d} {g:.1f} GOPS ({g / f:.2f}x)" for d, g in peaks.items() if d != "fp32_fma_gflops")
+    return f"one core's measured ceilings: fp32 FMA {f:.1f} GFLOPS; int8 {dots}"
 
 
 def thread_cpu_samples(fn, repeat: int, min_repeat_ms: float) -> list[float]:
@@ -192,23 +214,29 @@ def format_row(r: dict) -> str:
                f"vs fp32 {r['cpu_ratio_vs_fp32']:4.2f}x" if "cpu_ratio_vs_ort" in r else ""))
 
 
+def _share(r: dict) -> str:
+    return f"{100 * r['int8_peak_share']:.0f}%" if "int8_peak_share" in r else "-"
+
+
 def table_markdown(data: dict) -> str:
     t = data["target"]
     v = t["versions"]
     lines = [f"bench int8 on {t['cpu_name']} ({t['cores']} cores, "
              f"{'avx512' if 'avx512bw' in t['features'] else 'avx2'}), {data['date']}, numba {v['numba']}, "
              f"llvmlite {v['llvmlite']}, onnxruntime {v['onnxruntime']}; {data['settings']['rounds']} "
-             f"alternating rounds; load average before/after {data['load_average_1m']}",
-             "", "| threads | dtype | shape | int8 config | int8 ms (IQR) | ORT ms (IQR) | fp32 ms (IQR) | "
-             "NumPy fp32 ms (IQR) | int8 GOPS | vs ORT | vs fp32 | vs NumPy fp32 |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"alternating rounds; load average before/after {data['load_average_1m']}"]
+    if "peaks" in data:
+        lines.append(peaks_line(data["peaks"]) + "; % peak: of its formulation's ceiling x threads")
+    lines += ["", "| threads | dtype | shape | int8 config | int8 ms (IQR) | ORT ms (IQR) | fp32 ms (IQR) | "
+              "NumPy fp32 ms (IQR) | int8 GOPS | % peak | vs ORT | vs fp32 | vs NumPy fp32 |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in data["rows"]:
         def cell(k):
             return (f"{r[f'{k}_median_s'] * 1e3:.3f} ({r[f'{k}_iqr_s'] * 1e3:.3f})"
                     + (" WRONG" if r.get(f"{k}_check") else ""))
         lines.append(f"| {r['threads']} | {r['dtype']} | {r['shape']} | {r['int8_config_source']} "
                      f"{r['int8_config'].get('dot')} | {cell('int8')} | {cell('ort')} | {cell('fp32')} | {cell('np32')} | "
-                     f"{r['int8_gops']:.1f} | {r['ratio_vs_ort']:.2f} | {r['ratio_vs_fp32']:.2f} | "
+                     f"{r['int8_gops']:.1f} | {_share(r)} | {r['ratio_vs_ort']:.2f} | {r['ratio_vs_fp32']:.2f} | "
                      f"{r['ratio_vs_numpy_fp32']:.2f} |")
     cpu_rows = [r for r in data["rows"] if "cpu_ratio_vs_ort" in r]
     if cpu_rows:

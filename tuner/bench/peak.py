@@ -107,3 +107,55 @@ def peak_gflops(target, dtype: str, threads: int) -> float | None:
     if dtype not in ("float32", "float64"):
         return None
     return measured_fma_gflops(dtype) * threads
+
+
+@functools.lru_cache(maxsize=None)
+def measured_dot_gops(dot: str, n: int = 2_000_000) -> float:
+    """One core's integer dot-product throughput for formulation ``dot`` (``maddubs``:
+    ``vpmaddubsw`` then ``vpmaddwd`` by ones; ``madd16``: ``vpmaddwd``; ``vnni``:
+    ``vpdpbusd``) at the compile target's vector width: the int8 micro-kernel's inner loop
+    from L1, i.e. per iteration 2 B vectors and R A groups (``vbroadcast_group``) read from
+    small arrays at an offset that moves with the loop counter (a multiply whose operands
+    do not change would be hoisted out of the loop), R x 2 int32 accumulators each updated by
+    ``vdot_<dot>``; R = 4 for ``maddubs`` (each dot needs a temporary: 8 accumulators fit
+    AVX2's 16 registers, as the micro-kernel's default 4 x 16 tile), 6 otherwise. Operations
+    (2 per multiply-add) per second of this thread's CPU time, best of three: what an int8
+    GEMM on this core cannot beat. Set beside ``measured_fma_gflops`` it says what INT8 can
+    gain over FP32 in arithmetic here (AMD Zen 2 runs both 256-bit integer multiplies on one
+    pipe and FMAs on two: about 1x; docs/int8-gemm.md)."""
+    import numpy as np
+    import numba
+
+    from search_spaces import isa
+    from search_spaces.runtime.simd_int8 import OPERANDS
+
+    group, a_type, b_type = OPERANDS[dot]
+    lanes = isa.current().lanes("int32")
+    rows, step = (4 if dot == "maddubs" else 6), 8    # 8 offsets the loop cycles through
+    per_a, per_b = rows * 4 // np.dtype(a_type).itemsize, 2 * lanes * group
+    lines = ["from search_spaces.runtime.simd import vload, vsplat, vstore",
+             f"from search_spaces.runtime.simd_int8 import vbroadcast_group, vdot_{dot}",
+             "import numpy as np",
+             "def dot_chains(aw, bw, out, n):"]
+    lines += [f"    c{r}_{v} = vsplat(np.int32(0), {lanes})" for r in range(rows) for v in range(2)]
+    lines += ["    for i in range(n):",
+              f"        ia, ib = (i & {step - 1}) * {per_a}, (i & {step - 1}) * {per_b}"]
+    lines += [f"        b{v} = vload(bw, ib + {v * lanes * group}, {lanes * group})" for v in range(2)]
+    for r in range(rows):
+        lines.append(f"        a{r} = vbroadcast_group(aw, ia + {r * 4 // np.dtype(a_type).itemsize}, {lanes})")
+        lines += [f"        c{r}_{v} = vdot_{dot}(c{r}_{v}, a{r}, b{v})" for v in range(2)]
+    lines += [f"    vstore(out, {(r * 2 + v) * lanes}, c{r}_{v})" for r in range(rows) for v in range(2)]
+    ns: dict = {}
+    exec(compile("\n".join(lines), f"<dot_chains_{dot}>", "exec"), ns)
+    fn = numba.njit(ns["dot_chains"])
+    rng = np.random.default_rng(0)
+    aw = rng.integers(0, 8, step * per_a).astype(a_type)
+    bw = rng.integers(-8, 8, step * per_b).astype(b_type)
+    out = np.zeros(rows * 2 * lanes, np.int32)
+    fn(aw, bw, out, 10)
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.thread_time()
+        fn(aw, bw, out, n)
+        best = min(best, time.thread_time() - t0)
+    return rows * 2 * n * lanes * group * 2 / best / 1e9
