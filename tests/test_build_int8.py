@@ -80,6 +80,46 @@ def test_build_int8_tiny_conv_exact_kernel_by_kernel(db_url, layout):
     assert "0 of 6 quantized kernels numpy" in res.summary
 
 
+def grouped_conv_graph():
+    """ShuffleNet's int8 shapes in small: conv 3x3 stride 2 with a bias and a folded batch
+    norm's shift (two constant adds) -> relu -> grouped 1x1 (2 groups) + bias -> relu ->
+    depthwise 3x3 (groups = channels) + bias -> residual add with a grouped 1x1 -> relu."""
+    rng = np.random.default_rng(5)
+    b = GraphBuilder("grouped_conv")
+    x = b.input("x", (1, 4, 12, 12))
+
+    def const(shape, name, scale=0.3):
+        return b.const(rng.standard_normal(shape).astype(np.float32) * scale, name)
+
+    def conv(v, cin, cout, k, name, groups=1, stride=1, pad=0):
+        c = b.op("conv2d", v, const((cout, cin // groups, k, k), f"{name}_w"), padding=(pad,) * 4,
+                 strides=(stride, stride), groups=groups, data_layout="NCHW", kernel_layout="OIHW",
+                 name=name)
+        return b.op("add", c, const((1, cout, 1, 1), f"{name}_b", 0.1), name=f"{name}_add")
+
+    h = b.op("add", conv(x, 4, 8, 3, "stem", stride=2, pad=1), const((1, 8, 1, 1), "bn_shift", 0.1),
+             name="bn_add")
+    h = b.op("relu", h, name="r0")
+    g = b.op("relu", conv(h, 8, 8, 1, "g1", groups=2), name="r1")
+    d = conv(g, 8, 8, 3, "dw", groups=8, pad=1)
+    r = b.op("add", d, conv(h, 8, 8, 1, "g2", groups=4), name="res")
+    return b.build(b.op("relu", r, name="r2"))
+
+
+def test_build_int8_grouped_and_depthwise_generated_exact(db_url):
+    """Grouped and depthwise qconv2d are generated kernels (no NumPy group), the two bias adds
+    after the stem fold into one requantize, and every 8-bit output equals the reference's."""
+    from tuner.compiler.compile_model import build
+    from tuner.compiler.verify_model import verify_int8
+
+    g = grouped_conv_graph()
+    module = build(g, db=db_url, int8=True, tuned=False, jobs=1)
+    res = verify_int8(g, module=module)
+    assert res.ok, [s for s in res.steps if s.mismatches]
+    assert module.summary.counts["numpy"] == 0 and module.summary.quant["quantized_numpy"] == 0
+    assert {s.kind for s in module.steps} >= {"qconv2d", "qconv2d_grouped", "qdepthwise_conv2d"}
+
+
 def test_build_int8_check_catches_a_wrong_kernel(db_url):
     """The step-by-step check is exact: one flipped output level of a uint8 kernel fails it."""
     from tuner.compiler.compile_model import build
