@@ -160,7 +160,7 @@ def test_measured_int8_dot_peak_is_bounded_by_the_instructions():
     multiply hoisted out of the loop (its operands loop-invariant) would read ~8x the FMA
     peak; a 256/512-bit dot product does at most 4x the fp32 FMA's operations per
     instruction (``vpdpbusd``: 64 MACs against 16 FMAs at 512 bits)."""
-    from tuner.bench.int8_bench import core_peaks, peaks_line
+    from tuner.bench.peak import core_peaks, peaks_line
 
     peaks = core_peaks()
     f = peaks["fp32_fma_gflops"]

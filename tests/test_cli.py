@@ -51,8 +51,10 @@ def test_target_json():
     p = tuner("target", "--peak", "--json")
     peak = json.loads(p.stdout)["peak_gflops_per_core"]
     assert p.returncode == 0 and peak["float32"] > peak["float64"] > 0
+    assert json.loads(p.stdout)["peak_int8_gops_per_core"]["maddubs"] > 0
     p = tuner("target", "--peak")
     assert p.returncode == 0 and "GFLOPS per core (measured FMA" in p.stdout
+    assert "int8 peak  : maddubs" in p.stdout
 
 
 def test_show_prints_readable_source_and_space():

@@ -85,6 +85,8 @@ def bench_int8(shapes, dtypes, threads_list, store, tune_trials: int = 0, strate
     target = host_target()
     allowed = sorted(os.sched_getaffinity(0))
     load_before = os.getloadavg()[0]
+    from tuner.bench.peak import core_peaks, peaks_line
+
     peaks = core_peaks()
     log(peaks_line(peaks))
     rows = []
@@ -164,24 +166,6 @@ def bench_int8(shapes, dtypes, threads_list, store, tune_trials: int = 0, strate
             "peaks": peaks, "rows": rows}
 
 
-def core_peaks() -> dict:
-    """One core's measured arithmetic ceilings (``tuner.bench.peak``): the fp32 FMA throughput
-    in GFLOPS and, per int8 dot-product formulation this CPU runs, its GOPS."""
-    from search_spaces.templates.gemm_int8 import GemmInt8Template, supported
-    from tuner.bench.peak import measured_dot_gops, measured_fma_gflops
-
-    tpl = GemmInt8Template()
-    dots = [d for d in ("maddubs", "madd16", "vnni") if supported(d, tpl.default_vec(), tpl.features)]
-    return {"fp32_fma_gflops": measured_fma_gflops("float32"), **{d: measured_dot_gops(d) for d in dots}}
-
-
-def peaks_line(peaks: dict) -> str:
-    """What INT8 can gain over FP32 in arithmetic on this core, one line."""
-    f = peaks["fp32_fma_gflops"]
-    dots = ", ".join(f"{d} {g:.1f} GOPS ({g / f:.2f}x)" for d, g in peaks.items() if d != "fp32_fma_gflops")
-    return f"one core's measured ceilings: fp32 FMA {f:.1f} GFLOPS; int8 {dots}"
-
-
 def thread_cpu_samples(fn, repeat: int, min_repeat_ms: float) -> list[float]:
     """Seconds of this thread's CPU time per call: ``repeat`` samples of at least
     ``min_repeat_ms`` of CPU time each (the call was warmed up by the wall-time samples)."""
@@ -226,6 +210,8 @@ def table_markdown(data: dict) -> str:
              f"llvmlite {v['llvmlite']}, onnxruntime {v['onnxruntime']}; {data['settings']['rounds']} "
              f"alternating rounds; load average before/after {data['load_average_1m']}"]
     if "peaks" in data:
+        from tuner.bench.peak import peaks_line
+
         lines.append(peaks_line(data["peaks"]) + "; % peak: of its formulation's ceiling x threads")
     lines += ["", "| threads | dtype | shape | int8 config | int8 ms (IQR) | ORT ms (IQR) | fp32 ms (IQR) | "
               "NumPy fp32 ms (IQR) | int8 GOPS | % peak | vs ORT | vs fp32 | vs NumPy fp32 |",

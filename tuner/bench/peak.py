@@ -159,3 +159,20 @@ def measured_dot_gops(dot: str, n: int = 2_000_000) -> float:
         fn(aw, bw, out, n)
         best = min(best, time.thread_time() - t0)
     return rows * 2 * n * lanes * group * 2 / best / 1e9
+
+
+def core_peaks() -> dict:
+    """One core's measured arithmetic ceilings (``tuner.bench.peak``): the fp32 FMA throughput
+    in GFLOPS and, per int8 dot-product formulation this CPU runs, its GOPS."""
+    from search_spaces.templates.gemm_int8 import GemmInt8Template, supported
+
+    tpl = GemmInt8Template()
+    dots = [d for d in ("maddubs", "madd16", "vnni") if supported(d, tpl.default_vec(), tpl.features)]
+    return {"fp32_fma_gflops": measured_fma_gflops("float32"), **{d: measured_dot_gops(d) for d in dots}}
+
+
+def peaks_line(peaks: dict) -> str:
+    """What INT8 can gain over FP32 in arithmetic on this core, one line."""
+    f = peaks["fp32_fma_gflops"]
+    dots = ", ".join(f"{d} {g:.1f} GOPS ({g / f:.2f}x)" for d, g in peaks.items() if d != "fp32_fma_gflops")
+    return f"one core's measured ceilings: fp32 FMA {f:.1f} GFLOPS; int8 {dots}"
