@@ -189,6 +189,24 @@ def test_grouped_and_depthwise_are_exact(name):
     assert check(w, t.default_config(w, 1)) is None
     cfg = t.space(w, 2).sample(random.Random(2))
     assert check(w, cfg, seed=3) is None, cfg
+    if kind == "qconv2d_grouped":   # two threads take whole groups, each GEMM serial
+        g2 = t.default_config(w, 1).replace(parallel="groups", threads=2)
+        assert t.space(w, 2).is_valid(g2), t.space(w, 2).violation(g2)
+        assert "prange(GROUPS)" in t.codegen(w, g2)
+        assert check(w, g2, seed=4) is None
+
+
+def test_grouped_default_splits_groups_over_threads():
+    """With threads, a grouped conv's default gives each thread whole groups once the work
+    over all groups passes the int8 GEMM's parallel threshold; a small one stays serial."""
+    t = get_template("qconv2d_grouped")
+    big = qconv(C=240, O=240, groups=4, k=1, pad=0, HW=(28, 28))
+    assert big.kind == "qconv2d_grouped"
+    d = t.default_config(big, 2)
+    assert (d["parallel"], d["threads"]) == ("groups", 2), d
+    assert t.default_config(big, 1)["threads"] == 1
+    small = qconv(C=12, O=6, groups=3, k=1, pad=0)
+    assert t.default_config(small, 2)["parallel"] == "none"
 
 
 @pytest.mark.parametrize("name,par", [("conv NCHW 3x3 pad", "m"),
