@@ -190,7 +190,7 @@ def test_grouped_and_depthwise_are_exact(name):
     cfg = t.space(w, 2).sample(random.Random(2))
     assert check(w, cfg, seed=3) is None, cfg
     if kind == "qconv2d_grouped":   # two threads take whole groups, each GEMM serial
-        g2 = t.default_config(w, 1).replace(parallel="groups", threads=2)
+        g2 = t.default_config(w, 1).replace(parallel="g", threads=2)
         assert t.space(w, 2).is_valid(g2), t.space(w, 2).violation(g2)
         assert "prange(GROUPS)" in t.codegen(w, g2)
         assert check(w, g2, seed=4) is None
@@ -203,7 +203,7 @@ def test_grouped_default_splits_groups_over_threads():
     big = qconv(C=240, O=240, groups=4, k=1, pad=0, HW=(28, 28))
     assert big.kind == "qconv2d_grouped"
     d = t.default_config(big, 2)
-    assert (d["parallel"], d["threads"]) == ("groups", 2), d
+    assert (d["parallel"], d["threads"]) == ("g", 2), d
     assert t.default_config(big, 1)["threads"] == 1
     small = qconv(C=12, O=6, groups=3, k=1, pad=0)
     assert t.default_config(small, 2)["parallel"] == "none"

@@ -120,7 +120,7 @@ class QuantAnchorTemplate(Template):
     # -- code generation -------------------------------------------------------------------
     def gemm_config(self, c: dict) -> dict:
         """The config the GEMM (and ``kernel_prepared``) is generated from: the config itself
-        (a grouped conv's ``parallel="groups"`` runs each group's GEMM on one thread)."""
+        (a grouped conv's ``parallel="g"`` runs each group's GEMM on one thread)."""
         return c
 
     def codegen(self, workload, config: Config) -> str:
@@ -513,37 +513,37 @@ class QGroupedConv2dTemplate(QConv2dTemplate):
 
     name = "qconv2d_grouped"
     workload_kind = "qconv2d_grouped"
-    version = 6   # 6: parallel="groups" (qconv2d's own version is 5)
+    version = 6   # 6: parallel="g" (qconv2d's own version is 5)
     prepare_name, kernel_name = "prepare_group", "kernel_group"
 
     def space(self, workload, max_threads: int = 1) -> ConfigSpace:
-        """The per-group GEMM's space with one more value of ``parallel``: ``groups``, the
+        """The per-group GEMM's space with one more value of ``parallel``: ``g``, the
         config's threads taking whole groups (``prange`` over the groups), each group's GEMM
         on one thread. The GEMM's constraints are checked on the config it is generated from
         (``gemm_config``)."""
         sp = super().space(workload, max_threads)
-        knobs = [Knob(k.name, k.values + ("groups",), k.ordinal,
-                      k.doc + "; groups: the threads take whole groups")
+        knobs = [Knob(k.name, k.values + ("g",), k.ordinal,
+                      k.doc + " ('g': the groups, each GEMM on one thread)")
                  if k.name == "parallel" else k for k in sp.knobs]
         cons = [Constraint(k.name, lambda c, k=k: k.check(self.gemm_config(dict(c))))
                 for k in sp.constraints]
         return ConfigSpace(knobs, cons)
 
     def gemm_config(self, c: dict) -> dict:
-        return {**c, "parallel": "none", "threads": 1} if c.get("parallel") == "groups" else c
+        return {**c, "parallel": "none", "threads": 1} if c.get("parallel") == "g" else c
 
     def default_config(self, workload, max_threads: int = 1) -> Config:
         """The per-group GEMM's default, serial; with threads, at least as many groups as
         threads and the int8 GEMM's parallel threshold of work over all groups
         (``gemm_int8.SMALL_PARALLEL_FLOPS``), the threads take whole groups
-        (``parallel="groups"``): a group's GEMM is too small to split (ShuffleNet's, M = 784,
+        (``parallel="g"``, as the float conv2d template's grouped convs): a group's GEMM is too small to split (ShuffleNet's, M = 784,
         N = 60, K = 60) and a split per group is a fork and join per group."""
         from search_spaces.templates.gemm_int8 import SMALL_PARALLEL_FLOPS
 
         cfg = dict(super().default_config(workload, 1))
         if max_threads > 1 and workload.geometry["groups"] >= max_threads \
                 and workload.flops() >= SMALL_PARALLEL_FLOPS:
-            cfg.update(parallel="groups", threads=max_threads)
+            cfg.update(parallel="g", threads=max_threads)
         return self.space(workload, max_threads).validate(Config(cfg))
 
     def describe(self, w) -> str:
@@ -592,7 +592,7 @@ class QGroupedConv2dTemplate(QConv2dTemplate):
                    "        BP[gi] = bp",
                    "        corr[gi] = cr",
                    "    return BP, corr"]
-        over_groups = c["parallel"] == "groups"
+        over_groups = c["parallel"] == "g"
         kparams = ", ".join([f"p{k}" for k in kept] + ["BP", "corr"])
         args = ", ".join([group_slice(k) for k in kept] + ["BP[gi]", "corr[gi]"])
         kern = [f"@numba.njit(cache=True{', parallel=True' if over_groups else ''})",
