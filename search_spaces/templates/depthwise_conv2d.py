@@ -90,6 +90,37 @@ def direct_space(g: dict, lanes: int, max_threads: int) -> ConfigSpace:
                                Constraint("covers", covers), Constraint("threads", threads)])
 
 
+def scratch_plane(g: dict, V: int, U: int, R: int) -> tuple[int, int]:
+    """(HP, WP) of a direct kernel's bordered scratch plane: every row and column a block of
+    R rows x U vectors of V columns reads (blocks past the edge too, a stride-2 load's second
+    vector too), and at least the padded image's top-left part the plane copy writes."""
+    HP = (_ceil(g["OH"], R) * R - 1) * g["SH"] + (g["KH"] - 1) * g["DH"] + 1
+    WP = (_ceil(g["OW"], V * U) * V * U - 1) * g["SW"] + (g["KW"] - 1) * g["DW"] + 1 + 2 * V
+    return max(HP, g["PT"] + g["H"]), max(WP, g["PL"] + g["W"])
+
+
+def tap_block(g: dict, V: int, U: int, R: int, zero: str, weight: str, load2: str) -> list[str]:
+    """Source of one block of a direct kernel (this template's and ``quant_depthwise``'s):
+    the R x U accumulators ``a<r>_<u>`` set to ``zero``, then per tap one broadcast ``wv`` of
+    ``weight`` (formatted with the tap index ``t``) and per accumulator one load of the scratch
+    plane ``P`` at output rows oh0.., columns ow0.. (stride 2: ``load2``, formatted with the
+    index ``i``, reads the even lanes) and one FMA."""
+    SH, SW, DH, DW, KH, KW = g["SH"], g["SW"], g["DH"], g["DW"], g["KH"], g["KW"]
+    acc = [[f"a{r}_{u}" for u in range(U)] for r in range(R)]
+    lines = [" = ".join(acc[r]) + f" = {zero}" for r in range(R)]
+    for kh in range(KH):
+        for kw in range(KW):
+            lines.append(f"wv = {weight.format(t=kh * KW + kw)}")
+            for r in range(R):
+                row = f"(oh0 + {r}) * {SH} + {kh * DH}" if r else f"oh0 * {SH} + {kh * DH}"
+                for u in range(U):
+                    col = f"ow0 + {u * V}" if u else "ow0"
+                    ld = (f"vload(P, ({row}) * WP + {col} + {kw * DW}, {V})" if SW == 1 else
+                          load2.format(i=f"({row}) * WP + ({col}) * 2 + {kw * DW}"))
+                    lines.append(f"{acc[r][u]} = vfma(wv, {ld}, {acc[r][u]})")
+    return lines
+
+
 def direct_default(sp: ConfigSpace, g: dict, macs: int, max_threads: int) -> Config:
     """Whole registers (half for a row of at most half a register), vectors to span a row up
     to 2, 2 rows, every thread from PARALLEL_MACS multiply-adds."""
@@ -136,12 +167,7 @@ class DepthwiseConv2dTemplate(Template):
         epi = Epilogue(w.epilogue, w.out_shape, w.dtype, (1,), (2, 3))
         x_idx, w_idx = w.p["anchor_inputs"]
         OH, OW, KH, KW = g["OH"], g["OW"], g["KH"], g["KW"]
-        SH, SW, DH, DW = g["SH"], g["SW"], g["DH"], g["DW"]
-        # Scratch plane: every row / column an iteration can read (blocks past the edge too).
-        HP = (_ceil(OH, R) * R - 1) * SH + (KH - 1) * DH + 1
-        WP = (_ceil(OW, V * U) * V * U - 1) * SW + (KW - 1) * DW + 1 + 2 * V
-        HP = max(HP, g["PT"] + g["H"])
-        WP = max(WP, g["PL"] + g["W"])
+        HP, WP = scratch_plane(g, V, U, R)
         head = [f'"""depthwise conv2d NCHW/OIHW {w.summary()}: '
                 f'{list(w.input_specs()[x_idx][0])} * {list(w.input_specs()[w_idx][0])} -> {list(w.out_shape)}.',
                 "",
@@ -190,7 +216,6 @@ class DepthwiseConv2dTemplate(Template):
 
     @staticmethod
     def _plane_source(g: dict, epi: Epilogue, V: int, U: int, R: int) -> list[str]:
-        SH, SW, DH, DW, KH, KW = g["SH"], g["SW"], g["DH"], g["DW"], g["KH"], g["KW"]
         acc = [[f"a{r}_{u}" for u in range(U)] for r in range(R)]
         lines = ["@numba.njit(cache=True, fastmath=True)",
                  f"def plane(P, Wt, wb, Cf, ob, o, T, {epi.args()}):",
@@ -198,20 +223,9 @@ class DepthwiseConv2dTemplate(Template):
         body = ["for oh0 in range(0, OH, %d):" % R,
                 "    for ow0 in range(0, OW, %d):" % (V * U)]
         ind = "        "
-        for r in range(R):
-            body.append(ind + " = ".join(acc[r]) + f" = vsplat(ZERO, {V})")
-        for kh in range(KH):
-            for kw in range(KW):
-                body.append(f"{ind}wv = vbroadcast(Wt, wb + {kh * KW + kw}, {V})")
-                for r in range(R):
-                    row = f"(oh0 + {r}) * {SH} + {kh * DH}" if r else f"oh0 * {SH} + {kh * DH}"
-                    for u in range(U):
-                        col = f"ow0 + {u * V}" if u else "ow0"
-                        if SW == 1:
-                            ld = f"vload(P, ({row}) * WP + {col} + {kw * DW}, {V})"
-                        else:
-                            ld = f"vload_s2(P, ({row}) * WP + ({col}) * 2 + {kw * DW}, {V}, {V})"
-                        body.append(f"{ind}{acc[r][u]} = vfma(wv, {ld}, {acc[r][u]})")
+        body += [ind + ln for ln in tap_block(g, V, U, R, f"vsplat(ZERO, {V})",
+                                               f"vbroadcast(Wt, wb + {{t}}, {V})",
+                                               f"vload_s2(P, {{i}}, {V}, {V})")]
         vector = epi.vectorizable()
         edge_scalar = not vector or bool(epi.needs() & {"col", "flat"})
         if vector:

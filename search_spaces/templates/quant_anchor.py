@@ -509,7 +509,8 @@ class QGroupedConv2dTemplate(QConv2dTemplate):
     im2col and epilogue; the workload's geometry is one group's), called once per group on the
     group's contiguous run of input channels, weights, biases, scales, residual operands and
     output channels. ``prepare`` packs every group's weights into one array (a leading group
-    axis). The knobs are the per-group GEMM's; ``parallel`` splits each group's GEMM."""
+    axis). The knobs are the per-group GEMM's; ``parallel`` splits each group's GEMM, or
+    (``"g"``) gives each thread whole groups."""
 
     name = "qconv2d_grouped"
     workload_kind = "qconv2d_grouped"
@@ -536,8 +537,9 @@ class QGroupedConv2dTemplate(QConv2dTemplate):
         """The per-group GEMM's default, serial; with threads, at least as many groups as
         threads and the int8 GEMM's parallel threshold of work over all groups
         (``gemm_int8.SMALL_PARALLEL_FLOPS``), the threads take whole groups
-        (``parallel="g"``, as the float conv2d template's grouped convs): a group's GEMM is too small to split (ShuffleNet's, M = 784,
-        N = 60, K = 60) and a split per group is a fork and join per group."""
+        (``parallel="g"``, as the float conv2d template's grouped convs): a group's GEMM is
+        too small to split (ShuffleNet's, M = 784, N = 60, K = 60) and a split per group is a
+        fork and join per group."""
         from search_spaces.templates.gemm_int8 import SMALL_PARALLEL_FLOPS
 
         cfg = dict(super().default_config(workload, 1))

@@ -32,7 +32,8 @@ from search_spaces import isa
 from search_spaces import quant_epilogue as qe
 from search_spaces.space import Config, ConfigSpace
 from search_spaces.template import Template
-from search_spaces.templates.depthwise_conv2d import direct_default, direct_space
+from search_spaces.templates.depthwise_conv2d import (direct_default, direct_space, scratch_plane,
+                                                      tap_block)
 from workloads.errors import InstantiationError
 
 
@@ -78,13 +79,9 @@ class QDepthwiseConv2dTemplate(Template):
         V, U, R, T = int(c["vec"]), int(c["unroll"]), int(c["rows"]), int(c["threads"])
         epi = w.epilogue
         x_i, w_i = w.p["anchor_inputs"]
-        pad = w.attrs["padding"]   # (top, left, bottom, right)
-        SH, SW, DH, DW = g["SH"], g["SW"], g["DH"], g["DW"]
+        SH, SW = g["SH"], g["SW"]
         OH, OW, KH, KW = g["OH"], g["OW"], g["KH"], g["KW"]
-        # the scratch plane: every row and column a block reads (blocks past the edge too)
-        HP = max(g["PT"] + g["H"] + pad[2], (-(-OH // R) * R - 1) * SH + (KH - 1) * DH + 1)
-        WP = max(g["PL"] + g["W"] + pad[3],
-                 (-(-OW // (V * U)) * V * U - 1) * SW + (KW - 1) * DW + 1 + 2 * V)
+        HP, WP = scratch_plane(g, V, U, R)
         try:
             stmts, store = qe.statements(epi, "o", "ro + ow + cc")
         except ValueError as exc:
@@ -121,21 +118,8 @@ class QDepthwiseConv2dTemplate(Template):
                    f"        corr[o] = {qe.bias_source(epi, 'o')} - XZP * Wi[o].sum()",
                    "    return Wi.reshape(-1).astype(np.float32), corr"]
         acc = [[f"a{r}_{u}" for u in range(U)] for r in range(R)]
-        blk = []
-        for r in range(R):
-            blk.append(" = ".join(acc[r]) + f" = vsplat(np.float32(0), {V})")
-        for kh in range(KH):
-            for kw in range(KW):
-                blk.append(f"wv = vbroadcast(Wf, o * {KH * KW} + {kh * KW + kw}, {V})")
-                for r in range(R):
-                    row = f"(oh0 + {r}) * {SH} + {kh * DH}"
-                    for u in range(U):
-                        col = f"ow0 + {u * V}"
-                        ld = (f"vload(P, ({row}) * WP + {col} + {kw * DW}, {V})" if SW == 1 else
-                              f"vload_even(P, ({row}) * WP + ({col}) * 2 + {kw * DW}, {V})" if SW == 2 else None)
-                        if ld is None:
-                            raise InstantiationError(f"depthwise qconv2d with horizontal stride {SW} is not generated")
-                        blk.append(f"{acc[r][u]} = vfma(wv, {ld}, {acc[r][u]})")
+        blk = tap_block(g, V, U, R, f"vsplat(np.float32(0), {V})",
+                        f"vbroadcast(Wf, o * {KH * KW} + {{t}}, {V})", f"vload_even(P, {{i}}, {V})")
         for r in range(R):
             blk += [f"oh = oh0 + {r}",
                     "if oh < OH:",
