@@ -35,6 +35,17 @@ def fma_lanes_fp32(target) -> int:
     return 8 if target.simd_bits >= 256 else 4  # separate add and multiply, no FMA
 
 
+def _best_thread_seconds(fn, *args) -> float:
+    """The fastest of three calls ``fn(*args)`` in this thread's CPU seconds (a busy shared
+    machine does not halve it, as it would wall time)."""
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.thread_time()
+        fn(*args)
+        best = min(best, time.thread_time() - t0)
+    return best
+
+
 @functools.lru_cache(maxsize=1)
 def measured_ghz(n: int = 200_000_000) -> float:
     """Clock frequency from a chain of dependent adds (one per cycle), best of three."""
@@ -48,12 +59,7 @@ def measured_ghz(n: int = 200_000_000) -> float:
         return x
 
     chain(10, 1)
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.thread_time()
-        chain(n // 4, 1)
-        best = min(best, time.thread_time() - t0)
-    return n / best / 1e9
+    return n / _best_thread_seconds(chain, n // 4, 1) / 1e9
 
 
 def estimated_peak_gflops(target, dtype: str, threads: int) -> float | None:
@@ -93,12 +99,7 @@ def measured_fma_gflops(dtype: str = "float32", n: int = 5_000_000) -> float:
     x = np.full((k + 2) * lanes, 0.5, dtype)
     x[k * lanes:] = 0.999        # a <- a * 0.999 + 0.999: bounded, no denormals
     fn(x, 10)
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.thread_time()
-        fn(x, n)
-        best = min(best, time.thread_time() - t0)
-    return k * n * lanes * 2 / best / 1e9
+    return k * n * lanes * 2 / _best_thread_seconds(fn, x, n) / 1e9
 
 
 def peak_gflops(target, dtype: str, threads: int) -> float | None:
@@ -153,17 +154,11 @@ def measured_dot_gops(dot: str, n: int = 2_000_000) -> float:
     bw = rng.integers(-8, 8, step * per_b).astype(b_type)
     out = np.zeros(rows * 2 * lanes, np.int32)
     fn(aw, bw, out, 10)
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.thread_time()
-        fn(aw, bw, out, n)
-        best = min(best, time.thread_time() - t0)
-    return rows * 2 * n * lanes * group * 2 / best / 1e9
+    return rows * 2 * n * lanes * group * 2 / _best_thread_seconds(fn, aw, bw, out, n) / 1e9
 
 
 def core_peaks() -> dict:
-    """One core's measured arithmetic ceilings (``tuner.bench.peak``): the fp32 FMA throughput
-    in GFLOPS and, per int8 dot-product formulation this CPU runs, its GOPS."""
+    """One core's measured arithmetic ceilings: the fp32 FMA throughput in GFLOPS and, per int8 dot-product formulation this CPU runs, its GOPS."""
     from search_spaces.templates.gemm_int8 import GemmInt8Template, supported
 
     tpl = GemmInt8Template()
