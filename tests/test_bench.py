@@ -168,3 +168,26 @@ def test_measured_int8_dot_peak_is_bounded_by_the_instructions():
     for dot in set(peaks) - {"fp32_fma_gflops"}:
         assert 0.2 < peaks[dot] / f < 4.5, (dot, peaks)
     assert "fp32 FMA" in peaks_line(peaks) and "maddubs" in peaks_line(peaks)
+
+
+def test_int8_arithmetic_note_and_stored_peaks(tmp_path, monkeypatch):
+    """``build --int8`` says what INT8 can gain in arithmetic on this core, warning under
+    ``INT8_ARITHMETIC_GAIN``; the ceilings are measured once per target and kept in the
+    kernel cache, a broken file measured again."""
+    from tuner.bench import peak
+
+    zen2 = {"fp32_fma_gflops": 99.5, "maddubs": 96.5, "madd16": 99.8}
+    note = peak.int8_arithmetic_note(zen2)
+    assert note.startswith("note: int8 arithmetic on this core: madd16 100 GOPS = 1.00x"), note
+    assert "not arithmetic" in note
+    vnni = {"fp32_fma_gflops": 100.0, "maddubs": 100.0, "vnni": 390.0}
+    assert peak.int8_arithmetic_note(vnni).startswith("int8 arithmetic on this core: vnni 390 GOPS = 3.90x")
+
+    monkeypatch.setenv("TUNER_CACHE", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(peak, "core_peaks", lambda: calls.append(1) or dict(zen2))
+    assert peak.stored_core_peaks() == zen2 and peak.stored_core_peaks() == zen2
+    assert len(calls) == 1
+    (tmp_path / "peaks.json").write_text("{not json")
+    assert peak.stored_core_peaks() == zen2 and len(calls) == 2
+    assert peak.stored_core_peaks() == zen2 and len(calls) == 2

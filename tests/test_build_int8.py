@@ -60,6 +60,20 @@ def test_build_int8_digits_summary_and_exact_check(capsys, db_url):
     assert "PASS" in out
 
 
+def test_build_int8_says_what_int8_arithmetic_gains_here(capsys, db_url):
+    """After the summary, ``build --int8`` prints this core's measured int8 ceiling against
+    its fp32 peak (a warning where INT8 cannot win in arithmetic, e.g. AMD Zen 2)."""
+    from tuner.bench.peak import INT8_ARITHMETIC_GAIN, stored_core_peaks
+
+    assert main(["build", DIGITS, "--int8", "--calibration", CALIB, "--db", db_url]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("built digits_mlp INT8:"), lines
+    peaks = stored_core_peaks()
+    best = max(v for d, v in peaks.items() if d != "fp32_fma_gflops") / peaks["fp32_fma_gflops"]
+    assert lines[1].startswith("note: " if best < INT8_ARITHMETIC_GAIN else "int8 arithmetic"), lines
+    assert f"= {best:.2f}x the fp32 FMA peak" in lines[1], lines
+
+
 @pytest.mark.parametrize("layout", ["NCHW", pytest.param("NHWC", marks=pytest.mark.slow)])
 def test_build_int8_tiny_conv_exact_kernel_by_kernel(db_url, layout):
     """Every group generated (quantize, qconv2d 3x3 and 1x1, uint8 max pool, conv + residual

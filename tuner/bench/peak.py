@@ -171,3 +171,51 @@ def peaks_line(peaks: dict) -> str:
     f = peaks["fp32_fma_gflops"]
     dots = ", ".join(f"{d} {g:.1f} GOPS ({g / f:.2f}x)" for d, g in peaks.items() if d != "fp32_fma_gflops")
     return f"one core's measured ceilings: fp32 FMA {f:.1f} GFLOPS; int8 {dots}"
+
+
+# Below this ratio of the best int8 dot-product ceiling to the fp32 FMA peak, INT8 cannot win
+# much in arithmetic on the core, only in bytes moved: AMD Zen 2 measures 0.97x (ResNet-50 INT8
+# 1.06x our FP32 build, Inception v1 0.85x), Zen 3 ~1.9x, AVX-512 VNNI cores 3-4x.
+INT8_ARITHMETIC_GAIN = 1.3
+
+
+def stored_core_peaks() -> dict:
+    """``core_peaks()`` measured once per target key and Numba version, then read from
+    ``peaks.json`` in the kernel cache (the ceilings are the machine's; ~2 s of compile and
+    measurement each time otherwise). An unreadable file is measured again and rewritten."""
+    import json
+    import os
+
+    import numba
+
+    from tuner.settings import cache_dir
+    from tuner.target import host_target
+
+    path = cache_dir() / "peaks.json"
+    key = f"{host_target().key} numba {numba.__version__}"
+    try:
+        stored = json.loads(path.read_text())
+        if not isinstance(stored, dict):
+            stored = {}
+    except (OSError, ValueError):
+        stored = {}
+    if isinstance(stored.get(key), dict) and "fp32_fma_gflops" in stored[key]:
+        return stored[key]
+    stored[key] = core_peaks()
+    tmp = path.with_name(f"peaks.json.{os.getpid()}")
+    tmp.write_text(json.dumps(stored, indent=1, sort_keys=True))
+    os.replace(tmp, path)   # atomic: a concurrent reader sees the old file or the new one
+    return stored[key]
+
+
+def int8_arithmetic_note(peaks: dict, model: str = "MODEL") -> str:
+    """One line on what INT8 can gain in arithmetic on this core: the best int8 ceiling
+    against the fp32 FMA peak, and a warning when that is under ``INT8_ARITHMETIC_GAIN``."""
+    f = peaks["fp32_fma_gflops"]
+    dot, g = max(((d, v) for d, v in peaks.items() if d != "fp32_fma_gflops"), key=lambda dv: dv[1])
+    head = (f"int8 arithmetic on this core: {dot} {g:.0f} GOPS = {g / f:.2f}x the fp32 FMA peak "
+            f"({f:.0f} GFLOPS, measured)")
+    if g / f >= INT8_ARITHMETIC_GAIN:
+        return head
+    return (f"note: {head}: INT8 saves bytes here, not arithmetic, and may run slower than the "
+            f"FP32 build; compare both (`python -m tuner bench model {model} --groups LE`)")

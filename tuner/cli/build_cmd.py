@@ -103,6 +103,10 @@ def run(args) -> int:
     module = build_module(args)
     s = module.summary
     print(s.line(args.model))
+    if s.quant:
+        from tuner.bench.peak import int8_arithmetic_note, stored_core_peaks
+
+        print(int8_arithmetic_note(stored_core_peaks(), args.model))
     if args.details:
         print(f"\n{s.kernels} kernels, {s.views} views, opt level {s.opt_level}, "
               f"{s.threads} thread(s); built in {s.build_seconds:.1f} s "
