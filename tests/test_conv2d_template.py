@@ -431,6 +431,26 @@ def test_nhwc_default_tile_follows_the_channels_and_isa(O, tile):
     assert check(w, native) is None
 
 
+@pytest.mark.parametrize("C,k_blocks_avx2,k_blocks_avx512", [(128, 1, 1), (256, 1, 5), (512, 1, 9)])
+def test_nhwc_default_runs_one_k_block_while_the_weight_panel_fits(C, k_blocks_avx2, k_blocks_avx512):
+    """An NHWC conv's default takes all of K in one block up to K = 1536, and on AVX2 while
+    a whole-K panel of 16-wide weights is at most ``ONE_K_PANEL_BYTES`` (3x3 over 256 and 512
+    channels: K = 2304, 4608); AVX-512's 64-wide panels keep the 1536 limit."""
+    from search_spaces import isa
+    from search_spaces.templates.conv2d import ONE_K_PANEL_BYTES
+
+    t = get_template("conv2d")
+    w = conv_workload(C, 6, 64, 3, 1, 3)
+    K = 9 * C
+    for which, blocks in ((isa.AVX2, k_blocks_avx2), (isa.AVX512, k_blocks_avx512)):
+        with isa.using(which):
+            d = t.default_config(w, 1)
+            assert -(-K // int(d["tile_k"])) == blocks, (which, K, dict(d))
+            if blocks == 1 and K > 1536:
+                assert K * int(d["nr"]) * 4 <= ONE_K_PANEL_BYTES
+    assert check(w, t.default_config(w, 1)) is None
+
+
 def test_prepacked_weights_start_on_a_cache_line():
     """``prepare``'s weight panels start on a 64-byte boundary whatever the allocator gives
     (Numba's np.empty aligns to 32 bytes: a 512-bit B load of a panel at a 32-byte offset

@@ -37,6 +37,12 @@ from search_spaces.space import Config, ConfigSpace, Constraint, Knob
 from search_spaces.templates.features import split_efficiency
 from workloads.errors import InstantiationError
 
+# The largest whole-K weight panel (K x NR float32) an NHWC conv's default runs as one K block
+# on 16-register ISAs (AVX2): 1536 x 64 lanes x 4 bytes, the panel of the K <= 1536 limit at
+# AVX-512's 64-wide tiles; AVX2's 16-wide panels reach it at K = 6144.
+ONE_K_PANEL_BYTES = 1536 * 64 * 4
+
+
 class Conv2dTemplate(core.ShapeGenericTemplate):
     name = "conv2d"
     # 4: shared B blocks packed by every thread (pack_b_split), two-chain narrow kernel;
@@ -258,8 +264,15 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
         # A is the image, read in place through the windows: what a split over N shares
         cfg = default_core_config(sp, pl["M"], pl["N"], pl["K"], max_threads, False, pack_b,
                                   nr=nr, mr=mr, a_bytes=pl["image"] * 4)
+        # One K block (no second pass over the output) up to K = 1536; on AVX2 while a
+        # whole-K weight panel is at most ONE_K_PANEL_BYTES (K <= 6144 at 16-wide panels).
+        # AMD Zen 2, 1 thread, `bench tiles` (tile_k 512 -> one block of 3072 or 6144):
+        # ResNet-50's 3x3 M196 N256 K2304 1.10-1.13x, M49 N512 K4608 1.02-1.09x; VGG-19's
+        # M3136 N256 K2304 1.15x, M784 N512 K4608 1.06x, M196 N512 K4608 1.09x (docs/isa.md,
+        # "One K block on AVX2"). Not measured on AVX-512 (its 32- and 48-wide panels keep
+        # the 1536 limit).
         ks = [v for v in sp.knob("tile_k").values if v >= pl["K"]]
-        if ks and pl["K"] <= 1536:
+        if ks and (pl["K"] <= 1536 or (not big and pl["K"] * nr * 4 <= ONE_K_PANEL_BYTES)):
             cfg = cfg.replace(tile_k=ks[0])
         return cfg
 
