@@ -1,4 +1,6 @@
 """Every failure kind is injected, classified with its evidence, and survived."""
+import numpy as np
+
 from search_spaces.space import Config
 from tuner.measure.result import Status, summarize
 from workloads.gemm import Gemm
@@ -186,3 +188,32 @@ def test_racing_stops_a_candidate_once_it_cannot_become_the_best(measurer):
     assert len(r_fast.info["placements"]) == n
     assert r_naive.ok and r_naive.info["placements_cut"] == n - 2
     assert r_naive.median > r_fast.median
+
+
+def test_worker_checks_run_blas_on_one_thread(monkeypatch):
+    """The worker's references and per-placement checks run with BLAS at one thread
+    (``worker.serial_blas``): a multi-threaded call wakes OpenBLAS's pool threads, which then
+    spin for ~0.1 s and took a core from a 2-thread kernel timed next (docs/measurement.md)."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from tuner.measure import worker
+    from workloads.gemm import Gemm
+
+    def blas_threads():
+        return [p["num_threads"] for p in threadpool_info() if p.get("user_api") == "blas"]
+
+    seen = []
+    ref, check = Gemm.reference, Gemm.check
+    monkeypatch.setattr(Gemm, "reference", lambda self, x: seen.append(blas_threads()) or ref(self, x))
+    monkeypatch.setattr(Gemm, "check", lambda self, *a: seen.append(blas_threads()) or check(self, *a))
+    w = Gemm(48, 40, 32)
+    monkeypatch.setattr(worker, "_DATA", {})
+    with threadpool_limits(limits=2, user_api="blas"):
+        _, inputs, expected = worker._workload({"workload_key": w.key, "workload_blob": None})
+        outputs = w.make_outputs()
+        req = {"placements": 2, "repeat": 3, "warmup": 1, "min_repeat_ms": 1.0, "max_time_s": 0.5}
+        samples, info = worker.time_placements(lambda a, b, c: np.matmul(a, b, out=c), w, inputs,
+                                               outputs, expected, req)
+        assert blas_threads() and max(blas_threads()) <= 2   # restored after each check
+    assert len(samples) >= 3 and len(info["placements"]) == 2
+    assert len(seen) == 3 and all(n and max(n) == 1 for n in seen), seen
