@@ -51,3 +51,18 @@ def test_matmul_weight_read_in_place():
     cfg = t.default_config(w, 1).replace(pack_a=False, pack_b=False, parallel="m", threads=2)
     assert sp.is_valid(cfg), sp.violation(cfg)
     assert check(w, cfg) is None
+
+
+def test_full_tiles_store_through_the_inlined_vector_store():
+    """Full MR x NR tiles go through ``store_full`` (inlined: no call per tile), partial ones
+    through ``store_tile``'s scalar loops; both exact, with one K block and with several."""
+    t = get_template("dense")
+    w = dense_workload(20, 40, 40, op="matmul")   # 20 = 3 x 6 + 2 rows, 40 = 2 x 16 + 8 columns
+    base = t.default_config(w, 1).replace(formulation="gemm", pack_a=True, mr=6, nr=16, vec=8,
+                                          tile_m=24, tile_n=32)
+    for tile_k in (48, 16):   # one K block (mode 3) and three (modes 0, 1, 2)
+        cfg = base.replace(tile_k=tile_k)
+        src = t.codegen(w, cfg)
+        assert 'inline="always")\ndef store_full(' in src
+        assert "if mlen == MR and nlen == NR:\n" in src and "store_full(T, Cf" in src
+        assert check(w, cfg) is None
