@@ -367,8 +367,12 @@ def test_nhwc_window_conv_every_geometry(k, s, pad, dil, batch):
     src = t.codegen(w, d)
     assert "def pack_a" not in src and "def prepare(" in src and "def kernel_prepared(" in src
     assert ("Xp = pad_image(X, geo)" in src) == (pad > 0)
-    # a pointwise conv (1 x 1, stride 1, no padding) reads pixel q's row q: no division per tile
-    assert ("q0 // (OH * OW)" in src) == ((k, s, pad) != (1, 1, 0))
+    # a pointwise conv (1 x 1, stride 1, no padding) reads pixel q's row q: no division per
+    # tile; every other window takes its tile's offsets from a table filled once per M block
+    window = (k, s, pad) != (1, 1, 0)
+    assert ("q0 // (OH * OW)" in src) == window
+    assert ("pixel_rows(PX, i0, (mc + MR - 1) // MR * MR" in src) == window
+    assert ("o_0 = a_base + PX[ir + 0]" in src) == window
     # each tile prefetches its share of the next prepacked B block, a line per K step
     assert "pf, pf_hi = next_b_share(B, " in src and "prefetch_l2(BB, pf)" in src
     assert check(w, d) is None                # the entry: prepare + kernel_prepared per call
