@@ -267,16 +267,16 @@ def window_micro_source(mr: int, nr: int, vec: int, b_src: str, dims: Dims) -> l
                 "    pfq += pfs"] if pf_args else [])
     # inlined into gemm_core: no call per tile (its array arguments' reference counting and
     # spilled registers cost ~5% of a 3x3 layer)
+    pointwise = pointwise_window(dims)
+    pixels, which = ("q0", f"q0..q0+{mr - 1}") if pointwise else ("PX, ir", f"at PX[ir..ir+{mr - 1}]")
     lines = [f'@numba.njit({HELPER_JIT}, inline="always")',
-             f"def micro_kernel(AA, a_base, q0, BB, b, p0, kc, T{pf_args}{_tail(names)}):",
-             f'    """T = window rows of pixels q0..q0+{mr - 1} @ B tile ({nr} columns) over K steps p0..p0+kc,',
+             f"def micro_kernel(AA, a_base, {pixels}, BB, b, p0, kc, T{pf_args}{_tail(names)}):",
+             f'    """T = window rows of pixels {which} @ B tile ({nr} columns) over K steps p0..p0+kc,',
              f"    in {mr * nv} vector registers of {vec} lanes; B(p, c) = BB[b + (p - p0)*{b_ps} + c]."
              '"""']
-    if pointwise_window(dims):
+    if pointwise:
         return lines + indent(pf_init + _pointwise_body(mr, nv, vec, b_ps, acc, pf_step))
     # the pixels' window offsets from the block's table (``pixel_rows_source``)
-    lines[1] = lines[1].replace("(AA, a_base, q0, ", "(AA, a_base, PX, ir, ")
-    lines[2] = lines[2].replace(f"pixels q0..q0+{mr - 1}", f"pixels at PX[ir..ir+{mr - 1}]")
     body = [f"o_{r} = a_base + PX[ir + {r}]" for r in range(mr)]
     for r in range(mr):
         body.append(" = ".join(acc[r]) + f" = vsplat(ZERO, {vec})")
@@ -326,6 +326,12 @@ def pointwise_window(dims: Dims) -> bool:
     v = dims.values
     return (v.get("KW") == 1 and v.get("K") == v.get("CI") and v.get("SH") == v.get("SW") == 1
             and v.get("HP") == v.get("OH") and v.get("WP") == v.get("OW"))
+
+
+def pixel_table(a_src: str, dims: Dims) -> bool:
+    """Whether the tiles read their pixels' window offsets from a table (``PX``, filled by
+    ``pixel_rows`` once per M block): every window A but the pointwise one."""
+    return a_src == "window_nhwc" and not pointwise_window(dims)
 
 
 def pixel_rows_source() -> list[str]:
@@ -473,9 +479,10 @@ def edge_source(a_src: str, b_src: str, dims: Dims) -> list[str]:
 def store_source(epi: Epilogue, single_block: bool, mr: int, nr: int, vec: int,
                  dims: Dims) -> list[str]:
     """store_tile(T, Cf, cbase, ci, cj, mlen, nlen, mode, [N,] e...): mode 0 first K block
-    (store), 1 middle (add), 2 last (add, epilogue), 3 only block (epilogue). A full MR x NR
-    tile is stored with vector loads/stores (and the epilogue's vector form, when it has
-    one); a partial tile, or an epilogue with no vector form, goes through the scalar loops.
+    (store), 1 middle (add), 2 last (add, epilogue), 3 only block (epilogue). When the
+    epilogue has a vector form, a full MR x NR tile is stored by ``store_full`` (vector
+    loads/stores, inlined; emitted first) and store_tile takes the partial tiles; without
+    one, full tiles of modes 0 and 1 are vectors in store_tile, the rest scalar loops.
     ``single_block``: K is one block (mode 3 only): a literal, the other modes would double
     the function's compile time."""
     args = epi.args()
@@ -513,16 +520,13 @@ def store_source(epi: Epilogue, single_block: bool, mr: int, nr: int, vec: int,
     vector = epi.vectorizable()
     modes = [(0, "if mode == 0:", False, False), (1, "elif mode == 1:", True, False),
              (2, "else:", True, True)]
-    full: list[str] = []
+    full: list[str] = []   # store_full's body: the vector store of a full tile
     if vector:
         if single_block:
             full = vloop(False, True)
         else:
             for _m, cond, add, ep in modes:
                 full += [cond] + ["    " + ln for ln in vloop(add, ep)]
-        body.append("if mlen == MR and nlen == NR:   # full tile: vectors")
-        body += ["    " + ln for ln in full]
-        body.append("    return")
     elif not single_block:
         # Only the epilogue lacks a vector form: vector stores for the first/middle blocks.
         body.append("if mlen == MR and nlen == NR and (mode == 0 or mode == 1):   # full tile: vectors")
@@ -537,12 +541,12 @@ def store_source(epi: Epilogue, single_block: bool, mr: int, nr: int, vec: int,
         body += ["else:"] + ["    " + ln for ln in loop(["v = Cf[o + c] + T[r * NR + c]"], True)]
     if not full:
         return lines + ["    " + ln for ln in body]
-    # The full tile's vector store again, inlined into the block loop (``store_full``, which
-    # ``core_source`` calls for full tiles): a call passes each array as seven values, most of
-    # them on the stack, ~35 per tile with the epilogue's operands. Measured (AMD Zen 2, 1
-    # thread, ResNet-50's 56 x 56 x 64 -> 256 1x1 conv + bias + residual + relu): 1.40 ->
-    # 1.32 ms. Only the vector branch: the scalar loops of partial tiles inlined cost ~20% more
-    # compile for nothing.
+    # With a vector epilogue, full tiles go to ``store_full``, inlined into the block loop
+    # (``core_source`` calls store_tile for partial tiles only): a call passes each array as
+    # seven values, most of them on the stack, ~35 per tile with the epilogue's operands.
+    # Measured (AMD Zen 2, 1 thread, ResNet-50's 56 x 56 x 64 -> 256 1x1 conv + bias +
+    # residual + relu): 1.40 -> 1.32 ms. Only the vector store: the scalar loops of partial
+    # tiles inlined cost ~20% more compile for nothing.
     return [_jit(fastmath=True, inline=True),
             f"def store_full(T, Cf, cbase, ci, cj, mode, {n_arg}{args}):",
             '    """store_tile of a full MR x NR tile (vectors), inlined into the block loop."""'] + [
@@ -576,7 +580,7 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
     alloc_a = "Ap = empty_aligned(A_PANELS * TILE_K * MR)   # packed A block"
     alloc_b = "Bp = empty_aligned(B_PANELS * TILE_K * NR)   # packed B block"
     alloc_t = "T = empty_aligned(MR * NR)   # one register tile"
-    table = a_src == "window_nhwc" and not pointwise_window(dims)
+    table = pixel_table(a_src, dims)
     alloc_px = "PX = np.empty(TILE_M + MR, np.int64)   # window offsets of a block's pixels"
     args = epi.args()
     pro_args = pro.args() if pro is not None else ""   # the prologue's operands, for pack_b
@@ -605,7 +609,7 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
     packs = ([(level_a, "pack_a(A, a_base, i0, p0, mc, kc, Ap, geo)")] if pack_a else []) \
         + ([(level_b, pack_b_call)] if pack_b else [])
     if grid:
-        ind = _grid_block_loops(body, order, alloc_t, alloc_px if table else "")
+        ind = _grid_block_loops(body, order, [alloc_t] + ([alloc_px] if table else []))
     else:
         ind = emit_block_loops(body, order, par, at_parallel, packs)
     if c["tile_k"] >= dims.values["K"]:
@@ -648,29 +652,29 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
         # tile alone
         nxt = "b_base + ((j0 + jr) // NR) * (K * NR) + (p0 + kc) * NR"
         body[i + 1:i + 1] = [f"{ind}        pf, pf_hi = next_b_share(B, {nxt}, kc * NR, ir // MR, (mc + MR - 1) // MR)"]
-    store = f"T, Cf, cbase, i0 + ir, j0 + jr, mlen, nlen, mode, {n_arg}{args}"
+    at, rest = "T, Cf, cbase, i0 + ir, j0 + jr", f"mode, {n_arg}{args}"
     if epi.vectorizable():   # ``store_source``: full tiles through the inlined vector store
         body += [f"{ind}        if mlen == MR and nlen == NR:",
-                 f"{ind}            store_full({store.replace('mlen, nlen, ', '')})",
+                 f"{ind}            store_full({at}, {rest})",
                  f"{ind}        else:",
-                 f"{ind}            store_tile({store})"]
+                 f"{ind}            store_tile({at}, mlen, nlen, {rest})"]
     else:
-        body.append(f"{ind}        store_tile({store})")
+        body.append(f"{ind}        store_tile({at}, mlen, nlen, {rest})")
     return lines + ["    " + ln for ln in body]
 
 
-def _grid_block_loops(body: list[str], order: str, alloc_t: str, alloc_px: str = "") -> str:
+def _grid_block_loops(body: list[str], order: str, private: list[str]) -> str:
     """The parallel loop of a grid split (``grid_split``): one iteration per BLOCK_M x BLOCK_N
     block of C, inside it the three cache-block loops in ``order`` over the block's rows and
-    columns. Returns the innermost indentation."""
+    columns; ``private``: the buffers each iteration allocates for itself. Returns the
+    innermost indentation."""
     body += ["GRID_M = (M + BLOCK_M - 1) // BLOCK_M",
              "GRID = GRID_M * ((N + BLOCK_N - 1) // BLOCK_N)",
              "for blk in prange(GRID):   # parallel over BLOCK_M x BLOCK_N blocks of C",
              "    i_lo = (blk % GRID_M) * BLOCK_M",
              "    i_hi = min(i_lo + BLOCK_M, M)",
              "    j_lo = (blk // GRID_M) * BLOCK_N",
-             "    j_hi = min(j_lo + BLOCK_N, N)",
-             "    " + alloc_t + " (private)"] + (["    " + alloc_px + " (private)"] if alloc_px else [])
+             "    j_hi = min(j_lo + BLOCK_N, N)"] + ["    " + line + " (private)" for line in private]
     return emit_block_loops(body, order, "none", [], [],
                             bounds={"m": ("i_lo", "i_hi"), "n": ("j_lo", "j_hi")}, ind="    ")
 
@@ -719,7 +723,7 @@ def module_parts(dims: Dims, dtype: str, c: dict, a_src: str, b_src: str,
         parts.append(pack_b_source(b_src, dims, sw, c["nr"], c["vec"], pro))
     if a_src == "window_nhwc":
         parts.append(window_micro_source(c["mr"], c["nr"], c["vec"], b_src, dims))
-        if not pointwise_window(dims):
+        if pixel_table(a_src, dims):
             parts.append(pixel_rows_source())
         parts.append(pad_source(dims, c["parallel"] != "none"))
     else:
