@@ -55,6 +55,10 @@ KNOWN_CPUS: dict[str, tuple[str, ...]] = {
 # AVX-512 CPUs keep the ISA's default (Zen 4 runs 512-bit FMAs on 256-bit pipes; the Intel
 # Xeon VM measured here exposed one 512-bit FMA unit, and its refit chose 6 x 4 packed).
 A_IN_PLACE_CPUS = frozenset({"znver5"})
+# CPUs on which the int8 GEMM's 512-bit VNNI default reads A in place (``templates/gemm_int8.py``):
+# Zen 5 with the float GEMM's 4 x 4-vector tile, Zen 4 with the packed default's 6 x 4 (each
+# measured there, docs/int8-gemm.md). The Intel Xeon was not measured with A in place: packed.
+INT8_A_IN_PLACE_CPUS = A_IN_PLACE_CPUS | {"znver4"}
 # Features that decide what a kernel may execute (an override must be a subset of the host's).
 EXECUTION_FEATURES = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl",
                       "avx512vnni", "avx512bf16", "avxvnni")
@@ -180,6 +184,11 @@ def tuned_cpu() -> str | None:
 def reads_a_in_place() -> bool:
     """Whether the GEMM defaults read A in place: the CPU fitted to is in ``A_IN_PLACE_CPUS``."""
     return tuned_cpu() in A_IN_PLACE_CPUS
+
+
+def int8_reads_a_in_place() -> bool:
+    """Whether the int8 GEMM's VNNI default reads A in place (``INT8_A_IN_PLACE_CPUS``)."""
+    return tuned_cpu() in INT8_A_IN_PLACE_CPUS
 
 
 def current() -> Isa:
