@@ -50,15 +50,15 @@ KNOWN_CPUS: dict[str, tuple[str, ...]] = {
     "znver4": _SKX + ("avx512vnni", "avx512vbmi", "avx512bf16"),
     "znver5": _SKX + ("avx512vnni", "avx512vbmi", "avx512bf16"),
 }
-# CPUs with two full-width 512-bit FMA pipes on which the GEMM template's default reads A in
-# place with a 4 x 4-vector tile (measured there: templates/gemm.py, docs/isa.md); other
-# AVX-512 CPUs keep the ISA's default (Zen 4 runs 512-bit FMAs on 256-bit pipes; the Intel
+# CPUs on which the GEMM template's default reads A in place with a 4 x 4-vector tile
+# (measured there: templates/gemm.py, docs/isa.md): AMD Zen 5 (two 512-bit FMA pipes) and Zen 4
+# (512-bit FMAs on two 256-bit pipes); other AVX-512 CPUs keep the ISA's default (the Intel
 # Xeon VM measured here exposed one 512-bit FMA unit, and its refit chose 6 x 4 packed).
-A_IN_PLACE_CPUS = frozenset({"znver5"})
-# CPUs on which the int8 GEMM's 512-bit VNNI default reads A in place (``templates/gemm_int8.py``):
-# Zen 5 with the float GEMM's 4 x 4-vector tile, Zen 4 with the packed default's 6 x 4 (each
-# measured there, docs/int8-gemm.md). The Intel Xeon was not measured with A in place: packed.
-INT8_A_IN_PLACE_CPUS = A_IN_PLACE_CPUS | {"znver4"}
+A_IN_PLACE_CPUS = frozenset({"znver4", "znver5"})
+# The int8 GEMM's 512-bit VNNI default reads A in place on the same CPUs, with the packed
+# default's 6 rows but where measured otherwise (``templates/gemm_int8.py``, docs/int8-gemm.md):
+# Zen 5 4 x 64, Zen 4 6 x 64.
+INT8_IN_PLACE_ROWS = {"znver5": 4}
 # Features that decide what a kernel may execute (an override must be a subset of the host's).
 EXECUTION_FEATURES = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl",
                       "avx512vnni", "avx512bf16", "avxvnni")
@@ -186,9 +186,10 @@ def reads_a_in_place() -> bool:
     return tuned_cpu() in A_IN_PLACE_CPUS
 
 
-def int8_reads_a_in_place() -> bool:
-    """Whether the int8 GEMM's VNNI default reads A in place (``INT8_A_IN_PLACE_CPUS``)."""
-    return tuned_cpu() in INT8_A_IN_PLACE_CPUS
+def int8_in_place_rows(rows: int) -> int:
+    """Rows of the int8 VNNI tile read in place on the CPU fitted to (``INT8_IN_PLACE_ROWS``),
+    else ``rows``, the packed default's."""
+    return INT8_IN_PLACE_ROWS.get(tuned_cpu(), rows)
 
 
 def current() -> Isa:

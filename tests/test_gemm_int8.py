@@ -204,7 +204,7 @@ def test_defaults_avoid_packing_a_twice():
 @pytest.mark.parametrize("cpu, tile, in_place", [("znver4", (6, 64), True), ("znver5", (4, 64), True),
                                                   ("icelake-server", (6, 64), False)])
 def test_vnni_default_reads_a_in_place_where_measured(monkeypatch, cpu, tile, in_place):
-    """The 512-bit VNNI default reads A in place on the CPUs of ``isa.INT8_A_IN_PLACE_CPUS``
+    """The 512-bit VNNI default reads A in place on the CPUs of ``isa.A_IN_PLACE_CPUS``
     (Zen 4: the packed default's 6 x 64 tile, Zen 5: 4 x 64) and packs it elsewhere; never
     for a model's int8 anchor, nor where K is not a multiple of the 4-byte groups."""
     from search_spaces import isa

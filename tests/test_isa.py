@@ -107,7 +107,7 @@ def test_gemm_space_and_default_follow_the_isa(name):
 
 
 def test_gemm_default_reads_a_in_place_on_two_pipe_avx512_cpus(monkeypatch):
-    """On a CPU of ``isa.A_IN_PLACE_CPUS`` (AMD Zen 5) the float32 GEMM default is 4 x 4
+    """On a CPU of ``isa.A_IN_PLACE_CPUS`` (AMD Zen 5, Zen 4) the float32 GEMM default is 4 x 4
     vectors with A read in place and 64-column B blocks; elsewhere, inside ``isa.using``, for
     rows that do not fill the 4-row tile and for too few columns to split, the ISA's default."""
     t = get_template("gemm")
@@ -137,7 +137,9 @@ def test_gemm_default_reads_a_in_place_on_two_pipe_avx512_cpus(monkeypatch):
                     ins, outs = v.make_inputs(seed=5), v.make_outputs()
                     load_kernel(v, t, c)(*ins, *outs)
                     assert v.check(ins, outs, v.reference(ins)) is None, (shape, threads)
-        cpu["name"] = "znver4"
+        cpu["name"] = "znver4"   # 512-bit FMAs on 256-bit pipes: in place too (measured)
+        assert not t.default_config(w, 2)["pack_a"]
+        cpu["name"] = "icelake-server"
         assert t.default_config(w, 2) == generic
     finally:
         isa._features_of.cache_clear()

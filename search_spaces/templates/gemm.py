@@ -195,14 +195,18 @@ class GemmTemplate(Template):
             "parallel": "n" if threads > 1 else "none", "threads": threads,
         }
         if nv == 4 and w.M >= 6 and w.M % 4 == 0 and w.N >= 64 * threads and a_in_place:
-            # Two full-width 512-bit FMA pipes (AMD Zen 5): 4 x 4 vectors with A read in place
+            # AMD Zen 5 and Zen 4 (``isa.A_IN_PLACE_CPUS``): 4 x 4 vectors with A read in place
             # (16 + 4 + 1 zmm; broadcasts straight from A's rows, no A packing), one 64-column
             # B panel per N block, K blocks up to 1024. Zen 5, 2026-12-02, 1 thread, thread CPU
             # time beside OpenBLAS 0.3.31 SkylakeX in one process: 256^3 0.83 -> 1.06x, 512^3
             # 0.93 -> 1.07x, 1024^3 0.90 -> 1.08x, 2048^3 0.89 -> 0.97x; 2 threads (ours alone,
             # wall) 1.22-1.55x faster than 6 x 4 packed; a 500-trial search at 2 threads picked
-            # it (docs/isa.md). M a multiple of 4: in-place rows have no zero padding, and a
-            # partial tile would run the scalar edge kernel.
+            # it (docs/isa.md). AMD Zen 4 (512-bit FMAs on two 256-bit pipes), 2026-12-06,
+            # alternating with NumPy (OpenBLAS SkylakeX) in one process: 1 thread 256^3 0.96 ->
+            # 1.10x, 512^3 0.99 -> 1.08x, 1024^3 1.02 -> 1.10x, 2048^3 0.99 -> 1.06x; 2
+            # threads 512^3 0.90 -> 1.09x, 1024^3 0.98 -> 1.09x, 2048^3 0.99 -> 1.03x; a fresh
+            # 64-trial `tune gemm` picked it (1.13x NumPy). M a multiple of 4: in-place rows
+            # have no zero padding, and a partial tile would run the scalar edge kernel.
             cfg.update(mr=4, pack_a=False, tile_n=pick_knob(sp, "tile_n", 64),
                        tile_k=pick_knob(sp, "tile_k", 1024))
         if w.M < 6:

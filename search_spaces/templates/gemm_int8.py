@@ -180,7 +180,7 @@ class GemmInt8Template(Template):
         # NHWC): 8 x 32 1.03-1.26x against 4 x 32 on all 8 layers, 4 x 64 1.02-1.20x.
         if dot == "vnni" and vec == 512 and w.M >= (8 if anchor else 6) and w.N >= (2 if anchor else 8) * lanes:
             mr, nv = (8, 2) if anchor else (6, 4)
-        # A read in place (``isa.INT8_A_IN_PLACE_CPUS``): no A block copied byte by byte, and
+        # A read in place (``isa.A_IN_PLACE_CPUS``): no A block copied byte by byte, and
         # at 2 threads no thread packing all of A for its N half. AMD Zen 5 (two 512-bit
         # pipes, as the float GEMM), 1024^3, 1 thread, paired: 4 x 64 in place 1.12-1.13x the
         # packed 6 x 64 (3.24 vs 3.66 ms median; 6 x 64 in place 1.10x, 6 x 48 1.02x). AMD
@@ -188,9 +188,9 @@ class GemmInt8Template(Template):
         # MatMulInteger in one process, 2026-12-06: 1 thread 6 x 64 in place 0.94-1.00x ORT,
         # packed 0.89-0.91x, 4 x 64 in place 0.92-0.93x; 2 threads 1.02x, 0.92x, 1.03x.
         in_place = (not anchor and dot == "vnni" and vec == 512 and w.K % 4 == 0 and w.M >= 4
-                    and w.N >= 4 * lanes and isa.int8_reads_a_in_place())
-        if in_place and isa.reads_a_in_place():
-            mr, nv = 4, 4
+                    and w.N >= 4 * lanes and isa.reads_a_in_place())
+        if in_place:
+            mr, nv = isa.int8_in_place_rows(mr), 4
         # AVX2 maddubs reads A in place too, same 4 x 16 tile: AMD Zen 3, 1024^3 int8w7, the
         # micro-kernel inlined (v4), alternating with ORT's MatMulInteger in one process,
         # 2026-12-04: 1 thread 0.98-0.99x ORT against 0.93-0.95x packed (packing A by bytes
