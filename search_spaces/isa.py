@@ -55,9 +55,9 @@ KNOWN_CPUS: dict[str, tuple[str, ...]] = {
 # (512-bit FMAs on two 256-bit pipes); other AVX-512 CPUs keep the ISA's default (the Intel
 # Xeon VM measured here exposed one 512-bit FMA unit, and its refit chose 6 x 4 packed).
 A_IN_PLACE_CPUS = frozenset({"znver4", "znver5"})
-# The int8 GEMM's 512-bit VNNI default reads A in place on the same CPUs, with the packed
-# default's 6 rows but where measured otherwise (``templates/gemm_int8.py``, docs/int8-gemm.md):
-# Zen 5 4 x 64, Zen 4 6 x 64.
+# The int8 GEMM's 512-bit VNNI default reads A in place on the same CPUs, keeping the packed
+# default's 6 rows unless a CPU measured better with others (``templates/gemm_int8.py``,
+# docs/int8-gemm.md): Zen 5 4 x 64; Zen 4 6 x 64.
 INT8_IN_PLACE_ROWS = {"znver5": 4}
 # Features that decide what a kernel may execute (an override must be a subset of the host's).
 EXECUTION_FEATURES = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl",

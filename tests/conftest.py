@@ -129,3 +129,18 @@ def pg_url(pg_base_url):
     with admin.connect() as c:
         c.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
     admin.dispose()
+
+
+@pytest.fixture
+def fit_to_cpu(monkeypatch):
+    """``fit_to_cpu(name)``: the defaults fitted to the named CPU of ``isa.KNOWN_CPUS`` as if
+    Numba compiled for it (``isa.compile_cpu`` patched, its feature cache cleared); call again
+    to switch, undone after the test."""
+    from search_spaces import isa
+
+    def fit(name: str) -> None:
+        monkeypatch.setattr(isa, "compile_cpu", lambda: (name, isa.known_cpu_features(name), True))
+        isa._features_of.cache_clear()
+
+    yield fit
+    isa._features_of.cache_clear()

@@ -203,25 +203,19 @@ def test_defaults_avoid_packing_a_twice():
 
 @pytest.mark.parametrize("cpu, tile, in_place", [("znver4", (6, 64), True), ("znver5", (4, 64), True),
                                                   ("icelake-server", (6, 64), False)])
-def test_vnni_default_reads_a_in_place_where_measured(monkeypatch, cpu, tile, in_place):
+def test_vnni_default_reads_a_in_place_where_measured(fit_to_cpu, cpu, tile, in_place):
     """The 512-bit VNNI default reads A in place on the CPUs of ``isa.A_IN_PLACE_CPUS``
     (Zen 4: the packed default's 6 x 64 tile, Zen 5: 4 x 64) and packs it elsewhere; never
     for a model's int8 anchor, nor where K is not a multiple of the 4-byte groups."""
-    from search_spaces import isa
-
-    monkeypatch.setattr(isa, "compile_cpu", lambda: (cpu, isa.known_cpu_features(cpu), True))
-    isa._features_of.cache_clear()
-    try:
-        t = GemmInt8Template(AVX512_VNNI)
-        w = Gemm(1024, 1024, 1024, "int8")
-        for threads in (1, 2):
-            d = t.default_config(w, threads)
-            assert (d["mr"], d["nr"], d["pack_a"]) == (*tile, not in_place), threads
-            assert t.space(w, threads).violation(d) is None
-        assert t.default_config(Gemm(1024, 1024, 1022, "int8"))["pack_a"]
-        assert t.default_config(Gemm(3136, 64, 576, "int8"), 2, anchor=True)["pack_a"]
-    finally:
-        isa._features_of.cache_clear()
+    fit_to_cpu(cpu)
+    t = GemmInt8Template(AVX512_VNNI)
+    w = Gemm(1024, 1024, 1024, "int8")
+    for threads in (1, 2):
+        d = t.default_config(w, threads)
+        assert (d["mr"], d["nr"], d["pack_a"]) == (*tile, not in_place), threads
+        assert t.space(w, threads).violation(d) is None
+    assert t.default_config(Gemm(1024, 1024, 1022, "int8"))["pack_a"]
+    assert t.default_config(Gemm(3136, 64, 576, "int8"), 2, anchor=True)["pack_a"]
 
 
 def test_avx512_source_generates_and_names_the_wide_intrinsics():

@@ -106,7 +106,7 @@ def test_gemm_space_and_default_follow_the_isa(name):
     assert f"vload(BB, pb + {L}, {L})" in src
 
 
-def test_gemm_default_reads_a_in_place_on_two_pipe_avx512_cpus(monkeypatch):
+def test_gemm_default_reads_a_in_place_on_the_in_place_cpus(fit_to_cpu):
     """On a CPU of ``isa.A_IN_PLACE_CPUS`` (AMD Zen 5, Zen 4) the float32 GEMM default is 4 x 4
     vectors with A read in place and 64-column B blocks; elsewhere, inside ``isa.using``, for
     rows that do not fill the 4-row tile and for too few columns to split, the ISA's default."""
@@ -114,35 +114,29 @@ def test_gemm_default_reads_a_in_place_on_two_pipe_avx512_cpus(monkeypatch):
     w = Gemm(1024, 1024, 1024)
     with isa.using(isa.AVX512):
         generic = t.default_config(w, 2)
-    cpu = {"name": "znver5"}
-    monkeypatch.setattr(isa, "compile_cpu",
-                        lambda: (cpu["name"], isa.known_cpu_features(cpu["name"]), True))
-    isa._features_of.cache_clear()
-    try:
-        d = t.default_config(w, 2)
-        assert (d["mr"], d["nr"], d["pack_a"], d["tile_n"], d["tile_k"]) == (4, 64, False, 64, 1024)
-        assert t.space(w, 2).is_valid(d)
-        for shape, threads in (((1022, 1024, 1024), 1), ((1024, 64, 1024), 2), ((1024, 1024, 1024), 2)):
-            with isa.using(isa.AVX512) if shape == (1024, 1024, 1024) else contextlib.nullcontext():
-                e = t.default_config(Gemm(*shape), threads)
-            assert (e["mr"], e["pack_a"]) == (6, True), shape
-        if _host_runs(isa.AVX512):    # the in-place default computes the right thing
-            from tuner.dispatch import load_kernel
+    fit_to_cpu("znver5")
+    d = t.default_config(w, 2)
+    assert (d["mr"], d["nr"], d["pack_a"], d["tile_n"], d["tile_k"]) == (4, 64, False, 64, 1024)
+    assert t.space(w, 2).is_valid(d)
+    for shape, threads in (((1022, 1024, 1024), 1), ((1024, 64, 1024), 2), ((1024, 1024, 1024), 2)):
+        with isa.using(isa.AVX512) if shape == (1024, 1024, 1024) else contextlib.nullcontext():
+            e = t.default_config(Gemm(*shape), threads)
+        assert (e["mr"], e["pack_a"]) == (6, True), shape
+    if _host_runs(isa.AVX512):    # the in-place default computes the right thing
+        from tuner.dispatch import load_kernel
 
-            for shape in ((96, 130, 70), (128, 256, 1100)):
-                v = Gemm(*shape)
-                for threads in (1, 2):
-                    c = t.default_config(v, threads)
-                    assert not c["pack_a"], (shape, threads)
-                    ins, outs = v.make_inputs(seed=5), v.make_outputs()
-                    load_kernel(v, t, c)(*ins, *outs)
-                    assert v.check(ins, outs, v.reference(ins)) is None, (shape, threads)
-        cpu["name"] = "znver4"   # 512-bit FMAs on 256-bit pipes: in place too (measured)
-        assert not t.default_config(w, 2)["pack_a"]
-        cpu["name"] = "icelake-server"
-        assert t.default_config(w, 2) == generic
-    finally:
-        isa._features_of.cache_clear()
+        for shape in ((96, 130, 70), (128, 256, 1100)):
+            v = Gemm(*shape)
+            for threads in (1, 2):
+                c = t.default_config(v, threads)
+                assert not c["pack_a"], (shape, threads)
+                ins, outs = v.make_inputs(seed=5), v.make_outputs()
+                load_kernel(v, t, c)(*ins, *outs)
+                assert v.check(ins, outs, v.reference(ins)) is None, (shape, threads)
+    fit_to_cpu("znver4")   # 512-bit FMAs on 256-bit pipes: in place too (measured)
+    assert not t.default_config(w, 2)["pack_a"]
+    fit_to_cpu("icelake-server")
+    assert t.default_config(w, 2) == generic
 
 
 @pytest.mark.parametrize("name", ["avx2", "avx512"])
