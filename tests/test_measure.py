@@ -217,3 +217,23 @@ def test_worker_checks_run_blas_on_one_thread(monkeypatch):
         assert blas_threads() and max(blas_threads()) <= 2   # restored after each check
     assert len(samples) >= 3 and len(info["placements"]) == 2
     assert len(seen) == 3 and all(n and max(n) == 1 for n in seen), seen
+
+
+def test_worker_imports_the_parents_tuner(monkeypatch, tmp_path):
+    """A worker runs the ``tuner`` its parent runs, even when ``PYTHONPATH`` holds another
+    (``pool.child_env``): a script that put an uninstalled checkout on ``sys.path`` had every
+    worker die on ``import tuner`` and its build's kernels fall back to NumPy."""
+    from tuner.measure.pool import Worker
+
+    fake = tmp_path / "tuner"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('not the parent tuner')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")   # ``python -c`` puts the working directory first
+    w = Worker("imports", log_dir=str(tmp_path))
+    try:
+        reply = w.call("ping", {}, timeout=60)
+    finally:
+        w.kill()
+    assert reply["status"] == "OK", reply

@@ -12,9 +12,10 @@ the figure moves with the operands' placement.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
+
+from tuner.measure.pool import child_env
 
 _CHILD = r"""
 import json, statistics, sys, time
@@ -53,7 +54,7 @@ def time_dispatched(workload, threads: int, db_url: str, rounds: int = 3, repeat
     when the child failed."""
     args = [workload.M, workload.N, workload.K, workload.dtype, threads, rounds,
             max(3, -(-repeat // rounds)), min_repeat_ms, max_time_s]
-    env = {**os.environ, "TUNER_DB": db_url}
+    env = child_env({"TUNER_DB": db_url})
     try:
         proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(args)], env=env,
                               capture_output=True, text=True, timeout=timeout)

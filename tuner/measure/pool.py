@@ -29,6 +29,20 @@ def _describe_exit(code: int | None) -> str:
     return f"exited with code {code}"
 
 
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for a Python child that imports ``tuner``: ours, plus ``extra``, with
+    the directory holding the parent's ``tuner`` package first on ``PYTHONPATH``. A child runs
+    the code its parent runs, also when the parent found it through ``sys.path`` (a script
+    beside an uninstalled checkout, or an install pointing elsewhere): without this such a
+    build's workers died on ``import tuner`` and every kernel compiled in them fell back to
+    NumPy (ResNet-50 at 2 threads: 30 kernels, 280 ms instead of 44 ms, Zen 4)."""
+    env = {**os.environ, **(extra or {})}
+    root = str(Path(__file__).resolve().parents[2])
+    rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
+    env["PYTHONPATH"] = os.pathsep.join([root, *rest])
+    return env
+
+
 class Worker:
     def __init__(self, name: str, env: dict[str, str] | None = None, log_dir: str | None = None):
         self.name = name
@@ -52,7 +66,7 @@ class Worker:
         with open(self.log_path, "wb") as log:
             proc = subprocess.Popen(cmd, pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT,
-                                    env={**os.environ, **self.env}, start_new_session=True)
+                                    env=child_env(self.env), start_new_session=True)
         os.close(to_child_r)
         os.close(from_child_w)
         self._proc = proc
