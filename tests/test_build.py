@@ -271,3 +271,44 @@ def test_array_code_kernels_are_named_in_the_summary(tmp_path):
     assert "0 numpy (+1 generated as NumPy array code)" in m.summary.line()
     xs = random_inputs(g, seed=1)
     np.testing.assert_allclose(m.run(xs)[0], execute(g, xs)[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_numpy_steps_run_blas_on_one_thread_beside_parallel_kernels(conv_block, tmp_path,
+                                                                     monkeypatch, threads):
+    """A NumPy step in a multi-threaded module runs its BLAS on one thread (OpenBLAS's pool
+    threads, spinning after a 2-thread call, took cores from our 2-thread kernels: ResNet-50
+    with six NumPy convs ran 3x slower); a 1-thread module leaves BLAS as it is."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    import workloads.fused as fused
+    import workloads.graph.executor as executor
+    from tuner.target import usable_cores
+    from workloads.errors import UsageError
+
+    if usable_cores() < threads:
+        pytest.skip(f"needs {threads} usable cores, this machine has {usable_cores()}")
+    real_group, real_execute = fused.workload_for_group, executor.execute
+
+    def no_softmax(node):
+        if any(n.op == "softmax" for n in node.body.nodes):
+            raise UsageError("softmax: not supported here")
+        return real_group(node)
+
+    seen = []
+
+    def execute(graph, inputs, **kw):
+        seen.append([p["num_threads"] for p in threadpool_info() if p.get("user_api") == "blas"])
+        return real_execute(graph, inputs, **kw)
+
+    monkeypatch.setattr(fused, "workload_for_group", no_softmax)
+    monkeypatch.setattr(executor, "execute", execute)
+    m = tuner.build(conv_block, threads=threads, db=f"sqlite:///{tmp_path / 't.db'}")
+    assert m.summary.counts["numpy"] == 1
+    x = random_inputs(conv_block, seed=2)
+    with threadpool_limits(limits=2, user_api="blas"):
+        seen.clear()
+        out = m.run(x)[0]
+        assert max(p["num_threads"] for p in threadpool_info() if p.get("user_api") == "blas") == 2
+    assert seen and all(n and max(n) == (1 if threads > 1 else 2) for n in seen), seen
+    np.testing.assert_allclose(out, real_execute(conv_block, x)[0], rtol=1e-4, atol=1e-6)

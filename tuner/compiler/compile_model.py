@@ -403,6 +403,10 @@ def build(graph: Graph, *, opt_level: int | None = None, threads: int = 1, db: s
                           getattr(k.template, "name", None),
                           dict(k.config) if k.config is not None else None, k.note))
 
+    if threads > 1 and any(s.source not in ("numpy", "view") for s in steps):
+        for s in steps:
+            if s.source == "numpy":
+                s.fn = _serial_blas(s.fn)
     outputs = [array_of(o) for o in g.outputs]
     counts = {"tuned": 0, "fallback": 0, "fixed": 0, "numpy": 0}
     for s in steps:
@@ -455,6 +459,29 @@ def quant_summary(qrun, steps: list[Step], groups: list[Node]) -> dict:
     cov["method"] = qrun.calibration.method
     cov["calibration_record"] = str(qrun.record)
     return cov
+
+
+_BLAS = None
+
+
+def _serial_blas(fn):
+    """``fn`` with BLAS on one thread: a NumPy step among multi-threaded generated kernels.
+
+    After a multi-threaded call OpenBLAS's pool threads spin ~0.1 s before they sleep
+    (docs/measurement.md), and the OpenMP threads of our kernels spin after theirs: on a
+    2-core machine the two pools take cores from each other. ResNet-50 at 2 threads with six
+    convs as NumPy matmuls ran 153-185 ms with BLAS at 2 threads, 52-61 ms at 1 (the NumPy
+    steps themselves 20-26 vs 14-17 ms; all generated: 41 ms; AMD Zen 4, 2026-12-06)."""
+    global _BLAS
+    if _BLAS is None:
+        from threadpoolctl import ThreadpoolController
+
+        _BLAS = ThreadpoolController()   # found once: ~8 us per limit, not ~400
+
+    def run(*args) -> None:
+        with _BLAS.limit(limits=1, user_api="blas"):
+            fn(*args)
+    return run
 
 
 def _numpy_step(node: Node):
