@@ -238,7 +238,37 @@ def prefetches_next_b(a_src: str, b_src: str) -> bool:
     return a_src == "window_nhwc" and b_src == "prepacked"
 
 
-def window_micro_source(mr: int, nr: int, vec: int, b_src: str, dims: Dims) -> list[str]:
+def _full_operands(epi: Epilogue) -> list[str]:
+    """The epilogue's operands read at every output element (the store reads them)."""
+    return [f"e{k}" for k, kind in sorted(epi.operands.items()) if kind in ("full", "general")]
+
+
+def lines_per_row(nr: int, itemsize: int) -> int:
+    """Cache lines requested per output row of a tile: one per 64 bytes, and the last
+    element's (a row that does not start on a line boundary spans one more)."""
+    return len(set(range(0, nr, 64 // itemsize)) | {nr - 1})
+
+
+def output_prefetch(epi: Epilogue, nr: int, itemsize: int, b_src: str) -> tuple[str, list[str], list[str]]:
+    """The window micro-kernel's requests for its own tile's output lines (and those of the
+    epilogue's full operands, which the store reads): (its extra parameters, their set-up,
+    one step's lines). One line of each array per step of K from the first, MR x
+    ``lines_per_row`` steps in all (``plim``; 0 when PREFETCH is off). Requested as a burst
+    before the K loop (``prefetch_tile``, which the other A sources keep), ResNet-50's
+    56 x 56 x 64 -> 256 1 x 1 with its residual add (60 prefetches per tile) ran 1.47 ms,
+    paced 1.16 ms, its FMAs alone 1.00 ms (AMD Zen 4, 1 thread, 2026-12-06; docs/isa.md,
+    "Output lines paced over the K loop")."""
+    per_row, step = lines_per_row(nr, itemsize), 64 // itemsize
+    full = _full_operands(epi)
+    params = f", Cf, qo, plim{'' if 'N' in window_names(b_src) else ', N'}{_tail(full)}"
+    one = ["if po < plim:   # a line of this tile's output rows",
+           f"    qq = qo + (po // {per_row}) * N + min((po % {per_row}) * {step}, NR - 1)",
+           "    prefetch_w(Cf, qq)"] + [f"    prefetch({e}, qq)" for e in full] + ["    po += 1"]
+    return params, ["po = 0   # output lines requested so far"], one
+
+
+def window_micro_source(mr: int, nr: int, vec: int, b_src: str, dims: Dims,
+                        epi: Epilogue, itemsize: int) -> list[str]:
     """The micro-kernel of a direct NHWC convolution (A source ``window_nhwc``): the tile's
     MR rows are output pixels q0.. (a partial last tile repeats the last pixel: computed,
     never stored), each read in place through its window of the zero-padded image ``AA``
@@ -257,6 +287,7 @@ def window_micro_source(mr: int, nr: int, vec: int, b_src: str, dims: Dims) -> l
     # stage (M = 49, 4-9.4 MB of weights per layer, read from memory in the model) ran
     # 5-16% slower per layer, the model 1.027x / 1.035x (1 / 2 threads) slower, AVX2 code
     # 1.033x (Intel Xeon, 2026-12-03, docs/isa.md)
+    out_args, out_init, out_step = output_prefetch(epi, nr, itemsize, b_src)
     pf_args = ", pf, pf_hi" if prefetches_next_b("window_nhwc", b_src) else ""
     pf_init = (["pfs = max(1, kc // max(1, (pf_hi - pf) // (64 // ITEMSIZE))) * NR",
                 "pfq = b   # where pb is when the next line is requested"] if pf_args else [])
@@ -270,12 +301,13 @@ def window_micro_source(mr: int, nr: int, vec: int, b_src: str, dims: Dims) -> l
     pointwise = pointwise_window(dims)
     pixels, which = ("q0", f"q0..q0+{mr - 1}") if pointwise else ("PX, ir", f"at PX[ir..ir+{mr - 1}]")
     lines = [f'@numba.njit({HELPER_JIT}, inline="always")',
-             f"def micro_kernel(AA, a_base, {pixels}, BB, b, p0, kc, T{pf_args}{_tail(names)}):",
+             f"def micro_kernel(AA, a_base, {pixels}, BB, b, p0, kc, T{pf_args}{_tail(names)}{out_args}):",
              f'    """T = window rows of pixels {which} @ B tile ({nr} columns) over K steps p0..p0+kc,',
              f"    in {mr * nv} vector registers of {vec} lanes; B(p, c) = BB[b + (p - p0)*{b_ps} + c]."
              '"""']
     if pointwise:
-        return lines + indent(pf_init + _pointwise_body(mr, nv, vec, b_ps, acc, pf_step))
+        return lines + indent(pf_init + out_init
+                              + _pointwise_body(mr, nv, vec, b_ps, acc, out_step + pf_step))
     # the pixels' window offsets from the block's table (``pixel_rows_source``)
     body = [f"o_{r} = a_base + PX[ir + {r}]" for r in range(mr)]
     for r in range(mr):
@@ -307,7 +339,7 @@ def window_micro_source(mr: int, nr: int, vec: int, b_src: str, dims: Dims) -> l
         lambda v: f"vload(BB, pb + {v * vec}, {vec})",
         lambda r: f"vbroadcast(AA, o_{r} + d + p, {vec})",
         lambda r, v: f"{acc[r][v]} = vfma(a_{r}, b_{v}, {acc[r][v]})")
-    body += ["    for p in range(n):"] + indent(pf_step + step + [f"pb += {b_ps}"], 8)
+    body += ["    for p in range(n):"] + indent(out_step + pf_step + step + [f"pb += {b_ps}"], 8)
     body += ["    k += n", "    c0 = 0"]
     body += (["    kh += 1"] if rows else
              ["    kw += 1",
@@ -316,7 +348,7 @@ def window_micro_source(mr: int, nr: int, vec: int, b_src: str, dims: Dims) -> l
               "        kh += 1"])
     for r in range(mr):
         body += [f"vstore(T, {r * nr + v * vec}, {acc[r][v]})" for v in range(nv)]
-    return lines + indent(pf_init + body)
+    return lines + indent(pf_init + out_init + body)
 
 
 def pointwise_window(dims: Dims) -> bool:
@@ -565,7 +597,7 @@ def splits_pack_b(c: dict, b_src: str) -> bool:
 
 
 def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
-                narrow: int = 0, pro: Epilogue | None = None) -> list[str]:
+                narrow: int = 0, pro: Epilogue | None = None, itemsize: int = 4) -> list[str]:
     """gemm_core(A, a_base, B, b_base, Cf, cbase, geo, e...): the block loops of one batch
     index; when PREFETCH, each tile's output lines (and full epilogue operands) are requested
     first; ``narrow``: the half-vector micro-kernel's width (run when nlen <= NARROW)."""
@@ -626,7 +658,9 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
     if a_src == "window_nhwc":   # A read through the window of the tile's first pixel
         micro_call = (f"A, a_base, {'PX, ir' if table else 'i0 + ir'}, {b_arg[0]}, {b_arg[1]}, p0, kc, T"
                       + (", pf, pf_hi" if prefetches_next_b(a_src, b_src) else "")
-                      + _tail(dims.pick(window_names(b_src))))
+                      + _tail(dims.pick(window_names(b_src)))
+                      + ", Cf, cbase + (i0 + ir) * N + j0 + jr, plim"
+                      + ("" if "N" in window_names(b_src) else ", N") + _tail(_full_operands(epi)))
     n_arg = "".join(n + ", " for n in dims.pick(["N"]))
     if table:
         body.append(f"{ind}pixel_rows(PX, i0, (mc + MR - 1) // MR * MR, M, CI, OH, OW, HP, WP)")
@@ -642,8 +676,11 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
     body += ([f"{ind}        else:", f"{ind}            micro_kernel({micro_call})"] if kernels
              else [f"{ind}        micro_kernel({micro_call})"])
     i = body.index(f"{ind}        mlen = min(MR, mc - ir)")
-    body[i + 1:i + 1] = [f"{ind}        if PREFETCH:",
-                         f"{ind}            prefetch_tile(Cf, cbase + (i0 + ir) * N + j0 + jr, {n_arg}{args})"]
+    if a_src == "window_nhwc":   # the micro-kernel requests its output lines, paced
+        body.insert(len(dims.unpack()), f"plim = MR * {lines_per_row(c['nr'], itemsize)} if PREFETCH else 0")
+    else:
+        body[i + 1:i + 1] = [f"{ind}        if PREFETCH:",
+                             f"{ind}            prefetch_tile(Cf, cbase + (i0 + ir) * N + j0 + jr, {n_arg}{args})"]
     if prefetches_next_b(a_src, b_src):
         # the B block that follows this one in memory (the next K block of this panel, or
         # the next panel's first), a share per tile of this M block, requested into L2 a
@@ -695,8 +732,8 @@ def prefetch_source(epi: Epilogue, nr: int, itemsize: int, dims: Dims) -> list[s
     (to be written) and of the epilogue's full operands there (to be read) before the tile's
     K loop, whose FMAs hide the misses (the hardware prefetchers do not follow MR rows)."""
     step = 64 // itemsize
-    offs = sorted(set(range(0, nr, step)) | {nr - 1})
-    full = [f"e{k}" for k, kind in sorted(epi.operands.items()) if kind in ("full", "general")]
+    offs = sorted(set(range(0, nr, step)) | {nr - 1})   # ``lines_per_row`` of them
+    full = _full_operands(epi)
     n_arg = "".join(n + ", " for n in dims.pick(["N"]))
     lines = [_jit(), f"def prefetch_tile(Cf, o, {n_arg}{epi.args()}):",
              '    """Cache lines of one output tile (and of full epilogue operands) requested early."""'] + [
@@ -716,13 +753,14 @@ def module_parts(dims: Dims, dtype: str, c: dict, a_src: str, b_src: str,
     they are packed (B ``pack`` only; its operands per row or scalar). What depends on the shape but changes the code
     (one K block or several, a half-width last panel, prefetching) is an argument too
     (``gemm_dims``): the functions for every case are generated."""
+    itemsize = 8 if dtype in ("float64", "int64") else 4
     parts = [constants(dtype, c, dims), empty_aligned_source()]
     if a_src not in A_UNPACKED:
         parts.append(pack_a_source(a_src, dims))
     if b_src not in B_UNPACKED:
         parts.append(pack_b_source(b_src, dims, sw, c["nr"], c["vec"], pro))
     if a_src == "window_nhwc":
-        parts.append(window_micro_source(c["mr"], c["nr"], c["vec"], b_src, dims))
+        parts.append(window_micro_source(c["mr"], c["nr"], c["vec"], b_src, dims, epi, itemsize))
         if pixel_table(a_src, dims):
             parts.append(pixel_rows_source())
         parts.append(pad_source(dims, c["parallel"] != "none"))
@@ -739,11 +777,11 @@ def module_parts(dims: Dims, dtype: str, c: dict, a_src: str, b_src: str,
     # larger than L2 can keep (K=64 residual 1x1 convs 1.6 -> 1.35 ms, the stem 3.3 -> 2.9 ms)
     # and costs ~3% on small outputs (N=49 layers), which stay in cache anyway: PREFETCH
     # (``gemm_dims``) says which.
-    itemsize = 8 if dtype in ("float64", "int64") else 4
-    parts.append(prefetch_source(epi, c["nr"], itemsize, dims))
+    if a_src != "window_nhwc":   # a window micro-kernel requests its own output lines
+        parts.append(prefetch_source(epi, c["nr"], itemsize, dims))
     if prefetches_next_b(a_src, b_src):
         parts.append(next_b_share_source())
-    parts.append(core_source(c, a_src, b_src, epi, dims, narrow, pro))
+    parts.append(core_source(c, a_src, b_src, epi, dims, narrow, pro, itemsize))
     return parts
 
 
