@@ -504,19 +504,26 @@ def test_parallel_axes_share_one_grid_module():
 
 
 def test_window_tiles_request_their_output_lines_paced_over_k():
-    """An output larger than L2 keeps (PREFETCH) has each window tile request its own rows'
-    lines and the residual's, one line of each per K step from the first (a burst before the
-    K loop held up the tile's first loads: docs/isa.md, "Output lines paced over the K
-    loop"); the answer is exact, 1 and 2 threads."""
+    """An output larger than L2 keeps (PREFETCH) has each window tile of 64 columns request
+    its own rows' lines and the residual's, one line of each per K step from the first (a
+    burst before the K loop held up the tile's first loads: docs/isa.md, "Output lines paced
+    over the K loop"); AVX2's 16-column tiles keep the burst (``prefetch_tile``). The answer
+    is exact either way, 1 and 2 threads."""
+    from search_spaces.gemm_engine.core import paces_output
+
     t = get_template("conv2d")
     w = conv_workload(8, 64, 64, 3, 1, 3)          # 64 x 65 x 64 float32 output: > 1 MiB
     d = t.default_config(w, 2)
     names = t.runtime_arg_names(w, d)
     assert dict(zip(names, t.runtime_args(w, d)))["prefetch"] == 1
     src = t.codegen(w, d)
-    micro = src[src.index("def micro_kernel("):src.index("def ", src.index("def micro_kernel(") + 4)]
-    assert "Cf, qo, plim" in micro and "prefetch_w(Cf, qq)" in micro
-    assert "prefetch(e" in micro                   # the residual's lines too
-    assert "def prefetch_tile" not in src and "plim = MR * 5 if PREFETCH else 0" in src
+    start = src.index("def micro_kernel(")
+    micro = src[start:src.index("\ndef ", start)]
+    paced = paces_output("window_nhwc", d["nr"], 4)
+    assert paced == (d["nr"] >= 64)
+    assert ("Cf, qo, plim" in micro and "prefetch_w(Cf, qq)" in micro) == paced
+    assert ("prefetch(e" in micro) == paced        # the residual's lines too
+    assert ("def prefetch_tile" in src) != paced
+    assert ("plim = MR * 5 if PREFETCH else 0" in src) == paced
     assert prepared_check(w, d) is None
     assert prepared_check(w, d.replace(threads=1, parallel="none")) is None

@@ -249,15 +249,24 @@ def lines_per_row(nr: int, itemsize: int) -> int:
     return len(set(range(0, nr, 64 // itemsize)) | {nr - 1})
 
 
+def paces_output(a_src: str, nr: int, itemsize: int) -> bool:
+    """Whether the micro-kernel requests its tile's output lines paced over its K loop
+    (``output_prefetch``) instead of ``prefetch_tile``'s burst before it: window tiles with
+    rows of at least 4 lines (AVX-512's 64-column tiles: 60 requests per 6-row tile with a
+    residual). With AVX2's 16 columns (24 requests) pacing measured 0.989x over ResNet-50's
+    convs, the 1 x 1 M = 49 layers 0.84-0.97x (AVX2 code on AMD Zen 4, 2026-12-06)."""
+    return a_src == "window_nhwc" and lines_per_row(nr, itemsize) >= 4
+
+
 def output_prefetch(epi: Epilogue, nr: int, itemsize: int, b_src: str) -> tuple[str, list[str], list[str]]:
     """The window micro-kernel's requests for its own tile's output lines (and those of the
     epilogue's full operands, which the store reads): (its extra parameters, their set-up,
     one step's lines). One line of each array per step of K from the first, MR x
     ``lines_per_row`` steps in all (``plim``; 0 when PREFETCH is off). Requested as a burst
-    before the K loop (``prefetch_tile``, which the other A sources keep), ResNet-50's
-    56 x 56 x 64 -> 256 1 x 1 with its residual add (60 prefetches per tile) ran 1.47 ms,
-    paced 1.16 ms, its FMAs alone 1.00 ms (AMD Zen 4, 1 thread, 2026-12-06; docs/isa.md,
-    "Output lines paced over the K loop")."""
+    before the K loop (``prefetch_tile``, which the other tiles keep: ``paces_output``),
+    ResNet-50's 56 x 56 x 64 -> 256 1 x 1 with its residual add (60 prefetches per tile) ran
+    1.47 ms, paced 1.16 ms, its FMAs alone 1.00 ms (AMD Zen 4, 1 thread, 2026-12-06;
+    docs/isa.md, "Output lines paced over the K loop")."""
     per_row, step = lines_per_row(nr, itemsize), 64 // itemsize
     full = _full_operands(epi)
     params = f", Cf, qo, plim{'' if 'N' in window_names(b_src) else ', N'}{_tail(full)}"
@@ -287,7 +296,8 @@ def window_micro_source(mr: int, nr: int, vec: int, b_src: str, dims: Dims,
     # stage (M = 49, 4-9.4 MB of weights per layer, read from memory in the model) ran
     # 5-16% slower per layer, the model 1.027x / 1.035x (1 / 2 threads) slower, AVX2 code
     # 1.033x (Intel Xeon, 2026-12-03, docs/isa.md)
-    out_args, out_init, out_step = output_prefetch(epi, nr, itemsize, b_src)
+    out_args, out_init, out_step = (output_prefetch(epi, nr, itemsize, b_src)
+                                    if paces_output("window_nhwc", nr, itemsize) else ("", [], []))
     pf_args = ", pf, pf_hi" if prefetches_next_b("window_nhwc", b_src) else ""
     pf_init = (["pfs = max(1, kc // max(1, (pf_hi - pf) // (64 // ITEMSIZE))) * NR",
                 "pfq = b   # where pb is when the next line is requested"] if pf_args else [])
@@ -659,8 +669,9 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
         micro_call = (f"A, a_base, {'PX, ir' if table else 'i0 + ir'}, {b_arg[0]}, {b_arg[1]}, p0, kc, T"
                       + (", pf, pf_hi" if prefetches_next_b(a_src, b_src) else "")
                       + _tail(dims.pick(window_names(b_src)))
-                      + ", Cf, cbase + (i0 + ir) * N + j0 + jr, plim"
-                      + ("" if "N" in window_names(b_src) else ", N") + _tail(_full_operands(epi)))
+                      + (", Cf, cbase + (i0 + ir) * N + j0 + jr, plim"
+                         + ("" if "N" in window_names(b_src) else ", N") + _tail(_full_operands(epi))
+                         if paces_output(a_src, c["nr"], itemsize) else ""))
     n_arg = "".join(n + ", " for n in dims.pick(["N"]))
     if table:
         body.append(f"{ind}pixel_rows(PX, i0, (mc + MR - 1) // MR * MR, M, CI, OH, OW, HP, WP)")
@@ -676,7 +687,7 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
     body += ([f"{ind}        else:", f"{ind}            micro_kernel({micro_call})"] if kernels
              else [f"{ind}        micro_kernel({micro_call})"])
     i = body.index(f"{ind}        mlen = min(MR, mc - ir)")
-    if a_src == "window_nhwc":   # the micro-kernel requests its output lines, paced
+    if paces_output(a_src, c["nr"], itemsize):   # the micro-kernel requests its output lines
         body.insert(len(dims.unpack()), f"plim = MR * {lines_per_row(c['nr'], itemsize)} if PREFETCH else 0")
     else:
         body[i + 1:i + 1] = [f"{ind}        if PREFETCH:",
@@ -777,7 +788,7 @@ def module_parts(dims: Dims, dtype: str, c: dict, a_src: str, b_src: str,
     # larger than L2 can keep (K=64 residual 1x1 convs 1.6 -> 1.35 ms, the stem 3.3 -> 2.9 ms)
     # and costs ~3% on small outputs (N=49 layers), which stay in cache anyway: PREFETCH
     # (``gemm_dims``) says which.
-    if a_src != "window_nhwc":   # a window micro-kernel requests its own output lines
+    if not paces_output(a_src, c["nr"], itemsize):   # else the micro-kernel requests them
         parts.append(prefetch_source(epi, c["nr"], itemsize, dims))
     if prefetches_next_b(a_src, b_src):
         parts.append(next_b_share_source())
