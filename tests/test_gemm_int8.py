@@ -249,6 +249,10 @@ EXACT_CASES = [   # 256-bit forms (every AVX2 CPU), then the 512-bit and VNNI fo
     ((70, 50, 132), "int8", dict(dot="vnni", vec=256, mr=6, nr=16, tile_m=32, tile_k=64,
                                  parallel="m", threads=2, pack_a=False)),
     ((13, 70, 64), "int8", dict(dot="vnni", vec=512, mr=4, nr=64, pack_a=False, unroll_k=2)),
+    # C over 1 MiB: tiles request their lines of C (``c_lines_paced``), partial tiles too
+    ((518, 520, 36), "int8", dict(dot="vnni", vec=512, mr=6, nr=64, pack_a=False, unroll_k=2)),
+    ((518, 520, 36), "int8", dict(dot="vnni", vec=256, mr=6, nr=24, tile_m=48,
+                                  parallel="n", threads=2)),
 ]
 
 
@@ -363,3 +367,15 @@ def test_bench_int8_end_to_end(db_url, tmp_path):
     assert "one core's measured ceilings: fp32 FMA" in rep.stdout and "% peak" in rep.stdout
     assert_one_line_error(tuner("bench", "int8", "--dtypes", "float32", "--db", db_url))
     assert_one_line_error(tuner("bench", "int8", "--shapes", "2x2", "--db", db_url))
+
+
+def test_tiles_request_their_lines_of_c_when_c_outgrows_l2():
+    """An int32 C of at least 1 MiB: each tile asks for its C lines for writing, one per K
+    group from the first (docs/int8-gemm.md, "C lines requested over the K loop"); a
+    smaller C gets no requests."""
+    t = GemmInt8Template()
+    for shape, paced in (((1024, 1024, 64), True), ((512, 511, 64), False)):
+        w = Gemm(*shape, "int8")
+        src = t.codegen(w, t.default_config(w, 1))
+        assert ("prefetch_w2(C, ci + po // " in src) == paced, shape
+        assert ("import prefetch_w2," in src) == paced, shape

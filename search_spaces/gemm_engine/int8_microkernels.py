@@ -201,7 +201,7 @@ def pack_b_all_source() -> list[str]:
 def micro_kernel_source(mr: int, nr: int, lanes: int, group: int, dot: str, unroll: int,
                         panel_depth: str | None = "KG", tile_store=None,
                         extra: tuple[str, ...] = (), inline: bool = True,
-                        a_in_place: bool = False) -> list[str]:
+                        a_in_place: bool = False, prefetch_c: bool = False) -> list[str]:
     """MR x NR int32 tile as MR x NR/LANES vector accumulators; per K group: NR/LANES loads of
     the B panel, MR broadcasts of an A group, MR x NR/LANES ``vdot_<dot>`` steps.
     ``panel_depth``: K groups of a packed panel, a module constant; None when the cache block
@@ -213,7 +213,9 @@ def micro_kernel_source(mr: int, nr: int, lanes: int, group: int, dot: str, unro
     arguments cost as much as a K = 64 tile's requantize, and 5-9% of the GEMM at 1024^3 with
     K = 1024 tiles (docs/int8-gemm.md, "The micro-kernel inlined"). ``a_in_place``: ``AA`` is A itself
     (flat, row-major [M, K], K a multiple of G): each row's group is broadcast straight from
-    its row (rows past the tile's ``mlen`` repeat its last row: computed, never stored)."""
+    its row (rows past the tile's ``mlen`` repeat its last row: computed, never stored).
+    ``prefetch_c``: the tile requests its lines of C for writing, one per K group from the
+    first (``c_lines_paced``; with the default int32 store only)."""
     nv = nr // lanes
     acc = [[f"c_{r}_{v}" for v in range(nv)] for r in range(mr)]
     more = "".join(f", {x}" for x in extra)
@@ -234,10 +236,13 @@ def micro_kernel_source(mr: int, nr: int, lanes: int, group: int, dot: str, unro
               "kg = (kc + G - 1) // G   # K groups in this block (the last one zero-padded)"]
     # vector lengths are literals (the intrinsics need compile-time lane counts)
     lines += [" = ".join(acc[r]) + f" = vsplat(ZERO, {lanes})" for r in range(mr)]
+    paced = c_lines_paced(mr, nr) if prefetch_c and tile_store is None else []
+    if paced:
+        lines.append("po = 0   # lines of this tile of C requested so far")
 
     def body(g, _s=0):
         head = ([f"pg = ({g}) * G"] if a_in_place else [f"pa = a + ({g}) * (MR * G)"]) \
-            + [f"pb = b + ({g}) * (NR * G)"]
+            + [f"pb = b + ({g}) * (NR * G)"] + (paced if _s == 0 else [])
         return register_tile_step(
             mr, nv, head,
             lambda v: f"vload(BB, pb + {v * lanes * group}, {lanes * group})",
@@ -334,14 +339,37 @@ def constants(w, c: dict, runtime: tuple[str, ...] = ()) -> list[str]:
     ] + tile_constants(w, c, runtime)[0]
 
 
-def imports(c: dict, vector_b: bool = False) -> list[str]:
+def c_lines_paced(mr: int, nr: int) -> list[str]:
+    """Lines of one K group of the micro-kernel requesting the tile's lines of C (int32) for
+    writing, one per group from the first (MR rows x lines per row, a row's last element
+    included: C need not start on a line). Without them the tile's 24 vector stores missed
+    at the end of each 6 x 64 tile: 1024^3 at 1 thread 5.38 -> 4.94 ms (399 -> 435 GOPS of
+    a 469 ceiling); as a burst of 24 requests before the K loop 5.21 ms (AMD Zen 4,
+    2026-12-06; docs/int8-gemm.md, "C lines requested over the K loop")."""
+    cols = sorted(set(range(0, nr, 16)) | {nr - 1})
+    per_row = len(cols)
+    return [f"if po < {mr * per_row}:   # a line of this tile of C",
+            f"    prefetch_w2(C, ci + po // {per_row}, cj + min((po % {per_row}) * 16, {nr - 1}))",
+            "    po += 1"]
+
+
+def prefetches_c(w) -> bool:
+    """Whether an int32 C is large enough for its tiles to request their lines
+    (``c_lines_paced``): as the float engine's PREFETCH, C larger than L2 keeps."""
+    from search_spaces.gemm_engine.core import PREFETCH_BYTES
+
+    return w.M * w.N * 4 >= PREFETCH_BYTES
+
+
+def imports(c: dict, vector_b: bool = False, prefetch: bool = False) -> list[str]:
     """``vector_b``: the helpers of ``interleave4_store`` too (the vector B packing,
     ``pack_b_source``'s ``vector_nr``; a qconv2d's transposed A groups)."""
     more = ", vconcat, vinterleave4" if vector_b else ""
     return ["import numba",
             "import numpy as np",
             *(["from numba import prange"] if c["parallel"] != "none" else []),
-            "from search_spaces.runtime.simd import vadd, vload, vload2, vsplat, vstore, vstore2",
+            "from search_spaces.runtime.simd import "
+            + ("prefetch_w2, " if prefetch else "") + "vadd, vload, vload2, vsplat, vstore, vstore2",
             f"from search_spaces.runtime.simd_int8 import vbroadcast_group, vdot_{c['dot']}{more}"]
 
 
@@ -353,7 +381,8 @@ def vector_b_packing(c: dict) -> bool:
 def engine_parts(c: dict, *, pack_a: list[str] | None = None, b_layout: str = "KN",
                  name: str = "kernel", runtime: tuple[str, ...] = (),
                  prologue: list[str] = (), b_packed: bool = False, tile_store=None,
-                 extra: tuple[str, ...] = (), vector_b: bool = False) -> list[list[str]]:
+                 extra: tuple[str, ...] = (), vector_b: bool = False,
+                 prefetch_c: bool = False) -> list[list[str]]:
     """The functions of the engine (after ``constants``): aligned buffers, packing (``pack_a``
     replaces the A packing, e.g. an implicit im2col), micro-kernel and the blocked ``name``
     (taking the ``runtime`` tile knobs as arguments, set up by ``prologue``). ``b_packed``:
@@ -372,7 +401,7 @@ def engine_parts(c: dict, *, pack_a: list[str] | None = None, b_layout: str = "K
             *([pack_b_all_source()] if b_packed else []),
             micro_kernel_source(c["mr"], c["nr"], lanes, group, c["dot"], c["unroll_k"],
                                 "KG" if "tile_k" not in runtime else None, tile_store, extra,
-                                a_in_place=a_in_place(c, b_packed)),
+                                a_in_place=a_in_place(c, b_packed), prefetch_c=prefetch_c),
             kernel_source(c, name, runtime, prologue, b_packed, extra)]
 
 
@@ -396,10 +425,11 @@ def generate(w, c: dict, version: int, template: str = "gemm_int8",
         f"K groups of {group} -> macro-kernel over MR x NR register tiles -> vdot_{c['dot']} micro-kernel.",
         *called,
         '"""',
-        *imports(c, vector_b=vector_b),
+        *imports(c, vector_b=vector_b, prefetch=prefetches_c(w)),
         "",
         *constants(w, c, runtime),
     ]
     prologue = tile_constants(w, c, runtime)[1]
-    parts = [head] + engine_parts(c, runtime=runtime, prologue=prologue, vector_b=vector_b)
+    parts = [head] + engine_parts(c, runtime=runtime, prologue=prologue, vector_b=vector_b,
+                                  prefetch_c=prefetches_c(w))
     return "\n\n\n".join("\n".join(p) for p in parts) + "\n"

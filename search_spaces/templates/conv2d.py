@@ -52,7 +52,8 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
     # 7: NHWC convs read their image through the windows in place (``window_nhwc``)
     # 8: parallel 'm' and 'n' with neither operand packed per call are one grid module
     #    whose blocks are arguments (``core.grid_split``)
-    version = 8
+    # 9: 64-column window tiles request their output lines paced over K (``core.paces_output``)
+    version = 9
     workload_kind = "conv2d"
     entry = "kernel"
     # Cache blocks are arguments (with the shape and geometry: ``dims``); configs differing in

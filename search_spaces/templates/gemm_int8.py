@@ -52,7 +52,8 @@ def vector_registers(features: frozenset[str]) -> int:
 
 class GemmInt8Template(Template):
     name = "gemm_int8"
-    version = 4   # 4: micro-kernel inlined into the block loops; 3: full B panels packed by vector shuffles (vnni, maddubs); 2: knob pack_a (A read in place)
+    # 5: tiles of a C over 1 MiB request their lines paced over K (``c_lines_paced``)
+    version = 5   # 4: micro-kernel inlined into the block loops; 3: full B panels packed by vector shuffles (vnni, maddubs); 2: knob pack_a (A read in place)
     workload_kind = "gemm"
     dtypes = tuple(INT8_DTYPES)
     entry = "kernel"
