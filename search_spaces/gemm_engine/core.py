@@ -258,22 +258,30 @@ def paces_output(a_src: str, nr: int, itemsize: int) -> bool:
     return a_src == "window_nhwc" and lines_per_row(nr, itemsize) >= 4
 
 
-def output_prefetch(epi: Epilogue, nr: int, itemsize: int, b_src: str) -> tuple[str, list[str], list[str]]:
+def output_prefetch(epi: Epilogue, nr: int, itemsize: int,
+                    b_src: str) -> tuple[list[str], list[str], list[str]]:
     """The window micro-kernel's requests for its own tile's output lines (and those of the
     epilogue's full operands, which the store reads): (its extra parameters, their set-up,
-    one step's lines). One line of each array per step of K from the first, MR x
-    ``lines_per_row`` steps in all (``plim``; 0 when PREFETCH is off). Requested as a burst
-    before the K loop (``prefetch_tile``, which the other tiles keep: ``paces_output``),
-    ResNet-50's 56 x 56 x 64 -> 256 1 x 1 with its residual add (60 prefetches per tile) ran
-    1.47 ms, paced 1.16 ms, its FMAs alone 1.00 ms (AMD Zen 4, 1 thread, 2026-12-06;
-    docs/isa.md, "Output lines paced over the K loop")."""
+    one step's lines; gemm_core passes ``output_prefetch_args`` for the parameters). One
+    line of each array per step of K from the first, MR x ``lines_per_row`` steps in all
+    (``plim``; 0 when PREFETCH is off). Requested as a burst before the K loop
+    (``prefetch_tile``, which the other tiles keep: ``paces_output``), ResNet-50's 56 x 56
+    x 64 -> 256 1 x 1 with its residual add (60 prefetches per tile) ran 1.47 ms, paced 1.16
+    ms, its FMAs alone 1.00 ms (AMD Zen 4, 1 thread, 2026-12-06; docs/isa.md, "Output lines
+    paced over the K loop")."""
     per_row, step = lines_per_row(nr, itemsize), 64 // itemsize
     full = _full_operands(epi)
-    params = f", Cf, qo, plim{'' if 'N' in window_names(b_src) else ', N'}{_tail(full)}"
+    params = ["Cf", "qo", "plim", *([] if "N" in window_names(b_src) else ["N"]), *full]
     one = ["if po < plim:   # a line of this tile's output rows",
            f"    qq = qo + (po // {per_row}) * N + min((po % {per_row}) * {step}, NR - 1)",
            "    prefetch_w(Cf, qq)"] + [f"    prefetch({e}, qq)" for e in full] + ["    po += 1"]
     return params, ["po = 0   # output lines requested so far"], one
+
+
+def output_prefetch_args(params: list[str]) -> str:
+    """gemm_core's arguments for ``output_prefetch``'s parameters (", a, b, ...")."""
+    bound = {"qo": "cbase + (i0 + ir) * N + j0 + jr"}
+    return _tail([bound.get(p, p) for p in params])
 
 
 def window_micro_source(mr: int, nr: int, vec: int, b_src: str, dims: Dims,
@@ -296,8 +304,8 @@ def window_micro_source(mr: int, nr: int, vec: int, b_src: str, dims: Dims,
     # stage (M = 49, 4-9.4 MB of weights per layer, read from memory in the model) ran
     # 5-16% slower per layer, the model 1.027x / 1.035x (1 / 2 threads) slower, AVX2 code
     # 1.033x (Intel Xeon, 2026-12-03, docs/isa.md)
-    out_args, out_init, out_step = (output_prefetch(epi, nr, itemsize, b_src)
-                                    if paces_output("window_nhwc", nr, itemsize) else ("", [], []))
+    out_params, out_init, out_step = (output_prefetch(epi, nr, itemsize, b_src)
+                                      if paces_output("window_nhwc", nr, itemsize) else ([], [], []))
     pf_args = ", pf, pf_hi" if prefetches_next_b("window_nhwc", b_src) else ""
     pf_init = (["pfs = max(1, kc // max(1, (pf_hi - pf) // (64 // ITEMSIZE))) * NR",
                 "pfq = b   # where pb is when the next line is requested"] if pf_args else [])
@@ -311,7 +319,7 @@ def window_micro_source(mr: int, nr: int, vec: int, b_src: str, dims: Dims,
     pointwise = pointwise_window(dims)
     pixels, which = ("q0", f"q0..q0+{mr - 1}") if pointwise else ("PX, ir", f"at PX[ir..ir+{mr - 1}]")
     lines = [f'@numba.njit({HELPER_JIT}, inline="always")',
-             f"def micro_kernel(AA, a_base, {pixels}, BB, b, p0, kc, T{pf_args}{_tail(names)}{out_args}):",
+             f"def micro_kernel(AA, a_base, {pixels}, BB, b, p0, kc, T{pf_args}{_tail(names)}{_tail(out_params)}):",
              f'    """T = window rows of pixels {which} @ B tile ({nr} columns) over K steps p0..p0+kc,',
              f"    in {mr * nv} vector registers of {vec} lanes; B(p, c) = BB[b + (p - p0)*{b_ps} + c]."
              '"""']
@@ -610,7 +618,8 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
                 narrow: int = 0, pro: Epilogue | None = None, itemsize: int = 4) -> list[str]:
     """gemm_core(A, a_base, B, b_base, Cf, cbase, geo, e...): the block loops of one batch
     index; when PREFETCH, each tile's output lines (and full epilogue operands) are requested
-    first; ``narrow``: the half-vector micro-kernel's width (run when nlen <= NARROW)."""
+    first (``prefetch_tile``), or over its K loop by a window micro-kernel (``paces_output``);
+    ``narrow``: the half-vector micro-kernel's width (run when nlen <= NARROW)."""
     order, par = c["loop_order"], c["parallel"]
     pack_a, pack_b = a_src not in A_UNPACKED, b_src not in B_UNPACKED
     level_a = max(order.index("m"), order.index("k"))
@@ -669,8 +678,7 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
         micro_call = (f"A, a_base, {'PX, ir' if table else 'i0 + ir'}, {b_arg[0]}, {b_arg[1]}, p0, kc, T"
                       + (", pf, pf_hi" if prefetches_next_b(a_src, b_src) else "")
                       + _tail(dims.pick(window_names(b_src)))
-                      + (", Cf, cbase + (i0 + ir) * N + j0 + jr, plim"
-                         + ("" if "N" in window_names(b_src) else ", N") + _tail(_full_operands(epi))
+                      + (output_prefetch_args(output_prefetch(epi, c["nr"], itemsize, b_src)[0])
                          if paces_output(a_src, c["nr"], itemsize) else ""))
     n_arg = "".join(n + ", " for n in dims.pick(["N"]))
     if table:
