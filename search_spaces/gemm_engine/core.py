@@ -40,7 +40,7 @@ from search_spaces.epilogue import DTYPE_SRC, VECTOR_IMPORTS, Epilogue
 from search_spaces.gemm_engine.packing import (HELPER_JIT, empty_aligned_source, pack_a_source,
                                                pack_b_source, pack_b_split_lines, prologue_tail)
 from search_spaces.gemm_engine.blocked import emit_block_loops
-from search_spaces.gemm_engine.microkernels import indent, k_loop, register_tile_step
+from search_spaces.gemm_engine.microkernels import indent, k_loop, register_tile_step, row_line_columns
 from search_spaces.template import Template
 
 A_SOURCES = ("direct", "pack", "im2col_nhwc", "window_nhwc")
@@ -244,9 +244,8 @@ def _full_operands(epi: Epilogue) -> list[str]:
 
 
 def lines_per_row(nr: int, itemsize: int) -> int:
-    """Cache lines requested per output row of a tile: one per 64 bytes, and the last
-    element's (a row that does not start on a line boundary spans one more)."""
-    return len(set(range(0, nr, 64 // itemsize)) | {nr - 1})
+    """Cache lines requested per output row of a tile (``row_line_columns``)."""
+    return len(row_line_columns(nr, itemsize))
 
 
 def paces_output(a_src: str, nr: int, itemsize: int) -> bool:
@@ -750,8 +749,7 @@ def prefetch_source(epi: Epilogue, nr: int, itemsize: int, dims: Dims) -> list[s
     """prefetch_tile(Cf, o, e...): ask for the cache lines of the output tile at flat index o
     (to be written) and of the epilogue's full operands there (to be read) before the tile's
     K loop, whose FMAs hide the misses (the hardware prefetchers do not follow MR rows)."""
-    step = 64 // itemsize
-    offs = sorted(set(range(0, nr, step)) | {nr - 1})   # ``lines_per_row`` of them
+    offs = row_line_columns(nr, itemsize)
     full = _full_operands(epi)
     n_arg = "".join(n + ", " for n in dims.pick(["N"]))
     lines = [_jit(), f"def prefetch_tile(Cf, o, {n_arg}{epi.args()}):",

@@ -26,7 +26,8 @@ import json
 
 from search_spaces.gemm_engine.blocked import (_AXIS, emit_block_loops, emit_packed_block_loops, kernel_params,
                                                tile_section)
-from search_spaces.gemm_engine.microkernels import indent, k_loop, register_tile_step, vector_tile_store_lines
+from search_spaces.gemm_engine.microkernels import (indent, k_loop, register_tile_step, row_line_columns,
+                                                    vector_tile_store_lines)
 from search_spaces.runtime.simd_int8 import OPERANDS
 
 GROUP_NOTE = "# K-group loop unrolled by {steps}, then the remainder one group at a time"
@@ -346,8 +347,7 @@ def c_lines_paced(mr: int, nr: int) -> list[str]:
     at the end of each 6 x 64 tile: 1024^3 at 1 thread 5.38 -> 4.94 ms (399 -> 435 GOPS of
     a 469 ceiling); as a burst of 24 requests before the K loop 5.21 ms (AMD Zen 4,
     2026-12-06; docs/int8-gemm.md, "C lines requested over the K loop")."""
-    cols = sorted(set(range(0, nr, 16)) | {nr - 1})
-    per_row = len(cols)
+    per_row = len(row_line_columns(nr, 4))
     return [f"if po < {mr * per_row}:   # a line of this tile of C",
             f"    prefetch_w2(C, ci + po // {per_row}, cj + min((po % {per_row}) * 16, {nr - 1}))",
             "    po += 1"]
@@ -411,6 +411,7 @@ def generate(w, c: dict, version: int, template: str = "gemm_int8",
     tile knobs in ``runtime`` are kernel arguments (not in the source)."""
     group, _, _ = OPERANDS[c["dot"]]
     vector_b = vector_b_packing(c)
+    prefetch = prefetches_c(w)
     shown = {k: v for k, v in sorted(c.items()) if k not in runtime and k != "threads"}
     config_json = json.dumps(shown, separators=(", ", ": "))
     called = ([f"Called as kernel({kernel_params(runtime)}): {', '.join(runtime)} are arguments,",
@@ -425,11 +426,11 @@ def generate(w, c: dict, version: int, template: str = "gemm_int8",
         f"K groups of {group} -> macro-kernel over MR x NR register tiles -> vdot_{c['dot']} micro-kernel.",
         *called,
         '"""',
-        *imports(c, vector_b=vector_b, prefetch=prefetches_c(w)),
+        *imports(c, vector_b=vector_b, prefetch=prefetch),
         "",
         *constants(w, c, runtime),
     ]
     prologue = tile_constants(w, c, runtime)[1]
     parts = [head] + engine_parts(c, runtime=runtime, prologue=prologue, vector_b=vector_b,
-                                  prefetch_c=prefetches_c(w))
+                                  prefetch_c=prefetch)
     return "\n\n\n".join("\n".join(p) for p in parts) + "\n"

@@ -211,12 +211,17 @@ def micro_unrolled_source(mr: int, nr: int, pack_a: bool, pack_b: bool, fastmath
     return head + indent(lines)
 
 
+def row_line_columns(nr: int, itemsize: int) -> list[int]:
+    """The columns of an NR-wide tile row whose cache lines a prefetch asks for, whatever the
+    row's alignment: its first element, one per line's worth of elements after it, and its
+    last element (an unaligned row straddles one line more)."""
+    return sorted(set(range(0, nr, max(1, 64 // itemsize))) | {nr - 1})
+
+
 def prefetch_c_lines(mr: int, nr: int, itemsize: int) -> list[str]:
     """Write hints for every cache line of the MR x NR tile of C at (ci, cj), whatever C's
-    alignment: each row's first element, one per line's worth of elements after it, and its
-    last element (an unaligned row straddles one line more)."""
-    per_line = max(1, 64 // itemsize)
-    cols = sorted(set(range(0, nr, per_line)) | {nr - 1})
+    alignment (``row_line_columns``)."""
+    cols = row_line_columns(nr, itemsize)
     lines = ["# the C tile's lines, fetched for writing while the K loop runs (placement-proof)"]
     for r in range(mr):
         lines += [f"prefetch_w2(C, ci + {r}, cj + {c})" for c in cols]
