@@ -461,25 +461,18 @@ def quant_summary(qrun, steps: list[Step], groups: list[Node]) -> dict:
     return cov
 
 
-_BLAS = None
-
-
 def _serial_blas(fn):
-    """``fn`` with BLAS on one thread: a NumPy step among multi-threaded generated kernels.
-
-    After a multi-threaded call OpenBLAS's pool threads spin ~0.1 s before they sleep
-    (docs/measurement.md), and the OpenMP threads of our kernels spin after theirs: on a
-    2-core machine the two pools take cores from each other. ResNet-50 at 2 threads with six
-    convs as NumPy matmuls ran 153-185 ms with BLAS at 2 threads, 52-61 ms at 1 (the NumPy
-    steps themselves 20-26 vs 14-17 ms; all generated: 41 ms; AMD Zen 4, 2026-12-06)."""
-    global _BLAS
-    if _BLAS is None:
-        from threadpoolctl import ThreadpoolController
-
-        _BLAS = ThreadpoolController()   # found once: ~8 us per limit, not ~400
+    """``fn`` with BLAS on one thread (``worker.serial_blas``): a NumPy step among
+    multi-threaded generated kernels. After a multi-threaded call OpenBLAS's pool threads
+    spin ~0.1 s before they sleep (docs/measurement.md), and the OpenMP threads of our
+    kernels spin after theirs: on a 2-core machine the two pools take cores from each other.
+    ResNet-50 at 2 threads with six convs as NumPy matmuls ran 153-185 ms with BLAS at 2
+    threads, 52-61 ms at 1 (the NumPy steps themselves 20-26 vs 14-17 ms; all generated:
+    41 ms; AMD Zen 4, 2026-12-06)."""
+    from tuner.measure.worker import serial_blas
 
     def run(*args) -> None:
-        with _BLAS.limit(limits=1, user_api="blas"):
+        with serial_blas():
             fn(*args)
     return run
 
