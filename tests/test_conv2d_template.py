@@ -527,3 +527,23 @@ def test_window_tiles_request_their_output_lines_paced_over_k():
     assert ("plim = MR * 5 if PREFETCH else 0" in src) == paced
     assert prepared_check(w, d) is None
     assert prepared_check(w, d.replace(threads=1, parallel="none")) is None
+
+
+def test_paced_prefetch_counts_the_residual_with_the_output():
+    """Where tiles pace their output requests, PREFETCH is on once the output and the
+    epilogue's full operands (a residual) reach ``PACED_PREFETCH_BYTES`` together: a 420 KB
+    output with a 420 KB residual prefetches, without it it does not (docs/isa.md, "Which
+    layers prefetch"). Burst tiles (AVX2's 16 columns) keep the 1 MiB output rule."""
+    from search_spaces.gemm_engine.core import PACED_PREFETCH_BYTES, paces_output
+
+    t = get_template("conv2d")
+    answers = {}
+    for residual in (False, True):
+        w = conv_workload(16, 40, 64, 1, 1, 3, residual=residual)   # 40 x 41 x 64 float32 out
+        d = t.default_config(w, 1)
+        answers[residual] = dict(zip(t.runtime_arg_names(w, d), t.runtime_args(w, d)))["prefetch"]
+        assert prepared_check(w, d) is None
+    out_bytes = 40 * 41 * 64 * 4
+    assert out_bytes < PACED_PREFETCH_BYTES <= 2 * out_bytes
+    paced = paces_output("window_nhwc", d["nr"], 4)
+    assert answers == ({False: 0, True: 1} if paced else {False: 0, True: 0})

@@ -50,6 +50,9 @@ B_SOURCES = ("direct", "pack", "pack_t", "im2col_nchw", "prepacked")
 A_UNPACKED = ("direct", "window_nhwc")
 B_UNPACKED = ("direct", "prepacked")
 PREFETCH_BYTES = 1 << 20   # outputs at least this large get software prefetches per tile
+# ... where the micro-kernel paces them (``paces_output``): the output and the epilogue's
+# full operands together at least this large (``gemm_dims``)
+PACED_PREFETCH_BYTES = 1 << 19
 
 
 def _ceil(a: int, b: int) -> int:
@@ -132,16 +135,25 @@ def grid_split(c: dict, a_src: str, b_src: str) -> bool:
 
 
 def gemm_dims(M: int, N: int, K: int, c: dict, b_src: str, dtype: str,
-              a_src: str = "direct") -> dict[str, int]:
+              a_src: str = "direct", streams: int = 1) -> dict[str, int]:
     """The GEMM's shape, its cache blocks (clipped to the shape) and the per-shape code
     choices, which are arguments too: NARROW, the width of the half-vector micro-kernel
     for the last B panel (0: none, ``narrow_width``), PREFETCH, whether each output
-    tile is prefetched (1 when the output is larger than L2 keeps), and for a grid split
-    (``grid_split``) the parallel block BLOCK_M x BLOCK_N."""
+    tile is prefetched, and for a grid split (``grid_split``) the parallel block
+    BLOCK_M x BLOCK_N. PREFETCH is on when the output is at least PREFETCH_BYTES, or, where
+    the micro-kernel paces the requests over its K loop (``paces_output``), when the output
+    times ``streams`` (1 + the epilogue's full operands, e.g. a residual, whose lines are
+    requested with it) is at least PACED_PREFETCH_BYTES: a 200 KB output alone stays off
+    (0.92x at 2 threads with it on), 420 KB with its residual goes on (1.04-1.06x per layer;
+    docs/isa.md, "Which layers prefetch")."""
     itemsize = 8 if dtype in ("float64", "int64") else 4
     tm, tn = min(c["tile_m"], M), min(c["tile_n"], N)
+    if paces_output(a_src, c["nr"], itemsize):
+        prefetch = M * N * itemsize * streams >= PACED_PREFETCH_BYTES
+    else:
+        prefetch = M * N * itemsize >= PREFETCH_BYTES
     values = {"M": M, "N": N, "K": K, "TILE_M": tm, "TILE_N": tn, "TILE_K": min(c["tile_k"], K),
-              "NARROW": narrow_width(N, c, b_src, a_src), "PREFETCH": int(M * N * itemsize >= PREFETCH_BYTES)}
+              "NARROW": narrow_width(N, c, b_src, a_src), "PREFETCH": int(prefetch)}
     if grid_split(c, a_src, b_src):
         values.update({"BLOCK_M": tm, "BLOCK_N": N} if c["parallel"] == "m" else {"BLOCK_M": M, "BLOCK_N": tn})
     return values
@@ -238,7 +250,7 @@ def prefetches_next_b(a_src: str, b_src: str) -> bool:
     return a_src == "window_nhwc" and b_src == "prepacked"
 
 
-def _full_operands(epi: Epilogue) -> list[str]:
+def full_operands(epi: Epilogue) -> list[str]:
     """The epilogue's operands read at every output element (the store reads them)."""
     return [f"e{k}" for k, kind in sorted(epi.operands.items()) if kind in ("full", "general")]
 
@@ -269,7 +281,7 @@ def output_prefetch(epi: Epilogue, nr: int, itemsize: int,
     ms, its FMAs alone 1.00 ms (AMD Zen 4, 1 thread, 2026-12-06; docs/isa.md, "Output lines
     paced over the K loop")."""
     per_row, step = lines_per_row(nr, itemsize), 64 // itemsize
-    full = _full_operands(epi)
+    full = full_operands(epi)
     params = ["Cf", "qo", "plim", *([] if "N" in window_names(b_src) else ["N"]), *full]
     one = ["if po < plim:   # a line of this tile's output rows",
            f"    qq = qo + (po // {per_row}) * N + min((po % {per_row}) * {step}, NR - 1)",
@@ -750,7 +762,7 @@ def prefetch_source(epi: Epilogue, nr: int, itemsize: int, dims: Dims) -> list[s
     (to be written) and of the epilogue's full operands there (to be read) before the tile's
     K loop, whose FMAs hide the misses (the hardware prefetchers do not follow MR rows)."""
     offs = row_line_columns(nr, itemsize)
-    full = _full_operands(epi)
+    full = full_operands(epi)
     n_arg = "".join(n + ", " for n in dims.pick(["N"]))
     lines = [_jit(), f"def prefetch_tile(Cf, o, {n_arg}{epi.args()}):",
              '    """Cache lines of one output tile (and of full epilogue operands) requested early."""'] + [

@@ -302,7 +302,9 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
         micro-kernel variant share one module (docs/compile-once.md)."""
         pl, g = self.plan(w), w.geometry
         a_src, b_src = self.a_source(pl, config), self.b_source(pl, config)
-        values = core.gemm_dims(pl["M"], pl["N"], pl["K"], config, b_src, w.dtype, a_src)
+        epi = Epilogue(w.epilogue, w.out_shape, w.dtype, pl["rows"], pl["cols"])
+        values = core.gemm_dims(pl["M"], pl["N"], pl["K"], config, b_src, w.dtype, a_src,
+                                1 + len(core.full_operands(epi)))
         values.update({"H": g["H"], "W": g["W"], "CI": g["C"], "KH": g["KH"], "KW": g["KW"],
                        "OH": g["OH"], "OW": g["OW"], "SH": g["SH"], "SW": g["SW"],
                        "PT": g["PT"], "PL": g["PL"], "DH": g["DH"], "DW": g["DW"],
