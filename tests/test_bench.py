@@ -120,6 +120,9 @@ def test_bench_tiles_times_each_default_against_its_variants(tmp_path):
     bad = tuner("bench", "tiles", CONV_BLOCK, "--variants", "[]")
     assert_one_line_error(bad)
     assert "--variants" in bad.stderr
+    bad = tuner("bench", "tiles", CONV_BLOCK, "--rows", "7", "--variants", '[{"mr": 4}]')
+    assert_one_line_error(bad)                                   # no task has 7 GEMM rows
+    assert "with 7 GEMM rows" in bad.stderr
 
 
 def test_bench_cache_times_each_kernel_in_the_model_and_alone(tmp_path):

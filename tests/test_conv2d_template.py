@@ -424,7 +424,7 @@ def test_nhwc_default_tile_follows_the_channels_and_isa(O, tile):
     from search_spaces import isa
 
     t = get_template("conv2d")
-    w = conv_workload(5, 7, O, 3, 1, 3)
+    w = conv_workload(5, 5, O, 3, 1, 3)    # 5 x 6 pixels: 6 rows pad none, 7 more than 8
     with isa.using(isa.AVX512):
         d = t.default_config(w, 1)
         assert (d["mr"], d["nr"]) == tile and t.space(w, 1).is_valid(d)
@@ -547,3 +547,25 @@ def test_paced_prefetch_counts_the_residual_with_the_output():
     assert out_bytes < PACED_PREFETCH_BYTES <= 2 * out_bytes
     paced = paces_output("window_nhwc", d["nr"], 4)
     assert answers == ({False: 0, True: 1} if paced else {False: 0, True: 0})
+
+
+def test_seven_by_seven_outputs_take_seven_row_tiles():
+    """A 7 x 7 output (M = 49) in 6-row tiles computes 54 rows: on 32-register ISAs the NHWC
+    default takes 7 rows of 2 vectors there (``pad_rows`` >= ROW_PADDING and 7 rows pad
+    less; docs/isa.md, "Seven-row tiles for 7 x 7 outputs"), 16-register ISAs keep 6 rows;
+    14 x 14 (196 rows, 6 pad 1%) keeps its tile. Exact at 1 and 2 threads."""
+    from search_spaces import isa
+    from search_spaces.templates.conv2d import ROW_PADDING, pad_rows
+
+    assert pad_rows(49, 6) >= ROW_PADDING and pad_rows(49, 8) >= ROW_PADDING
+    assert pad_rows(49, 7) == 0 and pad_rows(196, 6) < ROW_PADDING
+    t = get_template("conv2d")
+    w = conv_workload(16, 13, 64, 3, 2, 3)           # 13 x 14 image, stride 2: 7 x 7 x 64
+    assert t.plan(w)["M"] == 49
+    big, vec = isa.current().registers >= 32, isa.current().fp32_lanes
+    for threads in (1, 2):
+        d = t.default_config(w, threads)
+        assert (d["mr"], d["nr"]) == ((7, 2 * vec) if big else (6, d["nr"]))
+        assert prepared_check(w, d) is None
+    wide = conv_workload(16, 27, 64, 3, 2, 3)        # 14 x 14 x 64
+    assert t.plan(wide)["M"] == 196 and t.default_config(wide, 1)["mr"] != 7

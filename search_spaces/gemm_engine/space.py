@@ -26,7 +26,7 @@ from search_spaces.space import Config, ConfigSpace, Constraint, Knob
 from workloads.errors import InstantiationError
 
 LOOP_ORDERS = tuple("".join(p) for p in itertools.permutations("mnk"))
-CORE_MR_VALUES = (4, 6, 8)   # rows of the core's register tile
+CORE_MR_VALUES = (4, 6, 7, 8)   # rows of the core's register tile (7: 7 x 7 outputs, conv2d)
 
 
 # -- value lists ------------------------------------------------------------------------------

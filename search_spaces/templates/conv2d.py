@@ -41,6 +41,14 @@ from workloads.errors import InstantiationError
 # on 16-register ISAs (AVX2): 1536 x 64 lanes x 4 bytes, the panel of the K <= 1536 limit at
 # AVX-512's 64-wide tiles; AVX2's 16-wide panels reach it at K = 6144.
 ONE_K_PANEL_BYTES = 1536 * 64 * 4
+# Rows of padding (a share of M) from which an NHWC default on a 32-register ISA takes
+# 7-row tiles instead, where those pad less (``_nhwc_default``: M = 49 pads 10% at 6 rows)
+ROW_PADDING = 0.05
+
+
+def pad_rows(M: int, mr: int) -> float:
+    """The share of M that MR-row tiles compute in excess: ceil(M / mr) * mr / M - 1."""
+    return -(-M // mr) * mr / M - 1
 
 
 class Conv2dTemplate(core.ShapeGenericTemplate):
@@ -252,7 +260,17 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
         4 x 64 with 8 x 32 and 6 x 48, not with 6 x 64.) Where 4 vectors do not divide the
         channels but 3 do (within 1% padding), 8 x 48 against 8 x 32: Inception v2's N = 96
         layers 1.06-1.10x, SqueezeNet's N = 1000 classifier 1.17x; with more padding it lost
-        (N = 160: 0.87x, N = 224: 0.96x)."""
+        (N = 160: 0.87x, N = 224: 0.96x).
+
+        7 x 7 outputs (M = 49) in 6-row tiles compute 54 rows, in 8-row tiles 56: where a
+        tile height pads M by ROW_PADDING or more and 7 rows pad less, the tile is 7 rows of
+        (at most) 2 vectors, 14 + 2 + 1 registers (7 x 4 vectors spill two accumulators per
+        K step). AMD Zen 4, `bench tiles --rows 49 --variants '[{"mr": 7, "nr": 32}]'`, both
+        orders in the tuning worker, 2026-12-06: ResNet-50's four M = 49 tasks 1.07-1.10x
+        at 1 thread (7 x 48: 1.06-1.09x, 7 x 64: 0.94-1.07x), 1.02-1.11x at 2; DenseNet-121's
+        sixteen 1.06-1.13x, Inception v2's ten 1.07-1.15x (one 1.00); on the layers whose M
+        6 divides within 1%, 7 x 32 ran 0.92-1.04x of 6 x 64 (docs/isa.md, "Seven-row tiles
+        for 7 x 7 outputs")."""
         vec, N = sp.knob("vec").values[-1], pl["N"]
         big = isa.current().registers >= 32
         if big and N % (4 * vec) == 0:
@@ -261,6 +279,8 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
             nr, mr = 3 * vec, 8        # 24 + 3 + 1 = 28 registers, at most 1% padding
         else:
             nr, mr = (vec if N <= vec else 2 * vec), (8 if big else 6)
+        if big and pad_rows(pl["M"], mr) >= ROW_PADDING and pad_rows(pl["M"], 7) < pad_rows(pl["M"], mr):
+            nr, mr = min(nr, 2 * vec), 7   # 7 x 64 would spill: 28 + 4 + 1 > 32
         pack_b = True
         # A is the image, read in place through the windows: what a split over N shares
         cfg = default_core_config(sp, pl["M"], pl["N"], pl["K"], max_threads, False, pack_b,

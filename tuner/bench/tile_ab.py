@@ -7,7 +7,8 @@ space's rules) are timed by the tuning worker in one batch, then again in the op
 each config keeps the better of its two medians (this VM's slow streaks last longer than a
 batch: a one-order A/B had shown 1.24x "wins" the reverse order did not repeat). A ratio is
 default time / variant time (> 1: the variant is faster); a variant the space refuses, or
-equal to the default after repair, has none.
+equal to the default after repair, has none. ``rows``: only tasks whose GEMM has that many
+rows (M = 49: the 7 x 7 layers).
 """
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def variant_config(template, space, default, changes: dict):
 
 
 def bench_tiles(graph, variants: Sequence[dict], *, threads: int = 1, tasks: int = 12,
-                kind: str = "conv2d", opt_level: int | None = None, mopts=None,
+                kind: str = "conv2d", rows: int | None = None, opt_level: int | None = None, mopts=None,
                 cache_flush: bool = False, log=print) -> dict:
     from search_spaces import get_template
     from tuner.bench.hotspots import gemm_equivalent, gemm_label
@@ -54,9 +55,10 @@ def bench_tiles(graph, variants: Sequence[dict], *, threads: int = 1, tasks: int
     mopts = mopts or MeasureOptions(threads=threads, placements=2, repeat=6, min_repeat_ms=30,
                                     max_time_s=2.0, cache_flush=cache_flush)
     picked = [t for t in extract_tasks(graph, opt_level=opt_level, threads=threads)
-              if t.workload.kind == kind][:tasks]
+              if t.workload.kind == kind
+              and (rows is None or (gemm_equivalent(t.key) or (0, 0))[1] == rows)][:tasks]
     if not picked:
-        raise UsageError(f"{graph.name} has no {kind} task")
+        raise UsageError(f"{graph.name} has no {kind} task" + (f" with {rows} GEMM rows" if rows else ""))
     rows = []
     with Measurer(mopts) as m:
         for t in picked:

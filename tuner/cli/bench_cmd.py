@@ -67,6 +67,8 @@ def register(sub) -> None:
     ti.add_argument("--threads", type=int, default=1)
     ti.add_argument("--tasks", type=int, default=12, help="how many of the heaviest tasks (default 12)")
     ti.add_argument("--kind", default="conv2d", help="workload kind of the tasks (default conv2d)")
+    ti.add_argument("--rows", type=int, default=None, metavar="M",
+                    help="only tasks whose GEMM has M rows (e.g. 49: a 7 x 7 output)")
     ti.add_argument("--opt-level", "-O", type=int, default=None, metavar="N",
                     help="graph pass pipeline (default: the build's)")
     ti.add_argument("--cache-flush", action="store_true", help="evict the kernel's weights and other inputs but the first from the caches before each timed call, as a built model meets them (one call per sample; docs/measurement.md)")
@@ -324,9 +326,11 @@ def run_tiles(args) -> int:
     _check_threads_and_level(args)
     if args.tasks < 1:
         raise UsageError(f"--tasks must be >= 1, got {args.tasks}")
+    if args.rows is not None and args.rows < 1:
+        raise UsageError(f"--rows must be >= 1, got {args.rows}")
     graph = load_model(args.model)
     data = bench_tiles(graph, variants, threads=args.threads, tasks=args.tasks, kind=args.kind,
-                       opt_level=args.opt_level, cache_flush=args.cache_flush,
+                       rows=args.rows, opt_level=args.opt_level, cache_flush=args.cache_flush,
                        log=lambda line: print(line, flush=True))
     return _save_json(args, "tiles", data, tiles_markdown(data))
 
