@@ -569,3 +569,17 @@ def test_seven_by_seven_outputs_take_seven_row_tiles():
         assert prepared_check(w, d) is None
     wide = conv_workload(16, 27, 64, 3, 2, 3)        # 14 x 14 x 64
     assert t.plan(wide)["M"] == 196 and t.default_config(wide, 1)["mr"] != 7
+
+
+def test_window_convs_of_stride_1_and_2_share_a_module():
+    """A direct NHWC conv reads its stride once per M block (``pixel_rows``), so the stride
+    is an argument there, not a module constant: 3 x 3 layers of stride 1 and 2 with the
+    same config compile one module (docs/compile-once.md, "Strides as arguments of direct
+    convolutions"); each exact."""
+    t = get_template("conv2d")
+    one = conv_workload(16, 14, 64, 3, 1, 3)        # 14 x 15 output pixels
+    two = conv_workload(16, 28, 64, 3, 2, 3)        # 28 x 29 image, stride 2: 14 x 15
+    c1, c2 = t.default_config(one, 1), t.default_config(two, 1)
+    assert c1 == c2 and t.codegen(one, c1) == t.codegen(two, c2)
+    assert dict(zip(t.runtime_arg_names(two, c2), t.runtime_args(two, c2)))["sh"] == 2
+    assert prepared_check(one, c1) is None and prepared_check(two, c2) is None

@@ -396,14 +396,14 @@ def pixel_table(a_src: str, dims: Dims) -> bool:
 
 
 def pixel_rows_source() -> list[str]:
-    """pixel_rows(PX, q0, cnt, M, CI, OH, OW, HP, WP): PX[r] = where output pixel q0 + r's
+    """pixel_rows(PX, q0, cnt, M, CI, OH, OW, HP, WP, SH, SW): PX[r] = where output pixel q0 + r's
     window starts in the padded image, for r < cnt (past M: the last pixel again, computed,
     never stored). Filled once per M block before its tiles: per tile, the counters that
     walk pixel, row and image (and the divisions that start them) were recomputed for every
     NR-column panel, ~10% of SqueezeNet's 3 x 3 fire layers (K = 144, AMD Zen 2: 0.730 ->
     0.650 ms)."""
     return [_jit(),
-            "def pixel_rows(PX, q0, cnt, M, CI, OH, OW, HP, WP):",
+            "def pixel_rows(PX, q0, cnt, M, CI, OH, OW, HP, WP, SH, SW):",
             '    """PX[r] = the padded image offset of output pixel q0 + r\'s window, r < cnt."""',
             "    img = q0 // (OH * OW)",
             "    oh = (q0 - img * (OH * OW)) // OW",
@@ -693,7 +693,7 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
                          if paces_output(a_src, c["nr"], itemsize) else ""))
     n_arg = "".join(n + ", " for n in dims.pick(["N"]))
     if table:
-        body.append(f"{ind}pixel_rows(PX, i0, (mc + MR - 1) // MR * MR, M, CI, OH, OW, HP, WP)")
+        body.append(f"{ind}pixel_rows(PX, i0, (mc + MR - 1) // MR * MR, M, CI, OH, OW, HP, WP, SH, SW)")
     body += [f"{ind}for jr in range(0, nc, NR):",
              f"{ind}    nlen = min(NR, nc - jr)",
              f"{ind}    for ir in range(0, mc, MR):",

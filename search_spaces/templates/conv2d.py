@@ -71,6 +71,11 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
     # im2col packing's index arithmetic with a runtime window cost 4-6% on 3x3 layers, with
     # a literal one nothing); layers share a module per window, not per image size.
     literal_dims: tuple[str, ...] = ("KH", "KW", "SH", "SW", "PT", "PL", "DH", "DW")
+    # ... but the stride is an argument of a direct NHWC conv (``window_nhwc``), which reads it
+    # once per M block (``core.pixel_rows``): its 3 x 3 layers of stride 1 and 2 share a module
+    # (ResNet-50: three fewer modules, ~6 s of CPU each to compile; docs/compile-once.md,
+    # "Strides as arguments of direct convolutions")
+    window_runtime_dims: tuple[str, ...] = ("SH", "SW")
 
     # -- shape of the GEMM -------------------------------------------------------------------
     @staticmethod
@@ -334,6 +339,7 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
         if a_src == "window_nhwc":
             hp, wp = self.padded(g)
             values.update({"NIMG": g["N"], "HP": hp, "WP": wp})
+            return core.Dims(values, [d for d in self.literal_dims if d not in self.window_runtime_dims])
         return core.Dims(values, self.literal_dims)
 
     @staticmethod
