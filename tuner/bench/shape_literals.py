@@ -6,7 +6,7 @@
 ``--key`` prints, with any MODEL: no graph passes, which valgrind makes slow), untuned
 default config, 1 thread, generated with the named dimensions as module constants (``all``: every one, as
 before shape-generic modules; ``none``: every one an argument; ``default``: the template's
-``literal_dims``; else comma-separated names,
+own choice (``literal_dims``; a direct conv's stride an argument); else comma-separated names,
 e.g. ``KH,KW``), loaded (compiled at the first run, from the kernel cache after),
 checked, then called N times. Meant to run under ``valgrind --tool=callgrind
 --collect-atstart=no --toggle-collect='*call_cfunc*'`` (instruction counts of the N calls
@@ -44,8 +44,9 @@ def workload(model: str, layer: str):
     raise SystemExit(f"{model}: no conv2d group with a {kh}x{kh} window, stride {sh}")
 
 
-def kernel(w, literal: tuple[str, ...]):
-    """The bound kernel of the default config with ``literal`` dimensions as constants."""
+def kernel(w, literal: tuple[str, ...] | None):
+    """The bound kernel of the default config with ``literal`` dimensions as constants (None:
+    the template's own choice, whose direct convs take the stride as an argument)."""
     from search_spaces.template import bind_runtime_args, kernel_source
     from search_spaces.templates.conv2d import Conv2dTemplate
     from tuner.dispatch import align_numba_cache
@@ -53,7 +54,8 @@ def kernel(w, literal: tuple[str, ...]):
     from tuner.measure.measurer import write_source
 
     align_numba_cache()
-    t = type("Conv2dLiteral", (Conv2dTemplate,), {"literal_dims": literal})()
+    t = Conv2dTemplate() if literal is None else \
+        type("Conv2dLiteral", (Conv2dTemplate,), {"literal_dims": literal, "window_runtime_dims": ()})()
     cfg = t.default_config(w, 1)
     mod = import_kernel_module(write_source(kernel_source(t, w, cfg), template=t))
     return bind_runtime_args(mod.kernel, t.runtime_args(w, cfg)), cfg
@@ -83,10 +85,7 @@ def main(argv: list[str]) -> int:
     if a.key:
         print(w.key)
         return 0
-    from search_spaces.templates.conv2d import Conv2dTemplate
-
-    lit = {"all": ALL, "none": (), "default": Conv2dTemplate.literal_dims}.get(a.literal) \
-        or tuple(a.literal.split(","))
+    lit = {"all": ALL, "none": (), "default": None}.get(a.literal, tuple(a.literal.split(",")))
     fns = {"literal": kernel(w, ALL)[0], "runtime": kernel(w, lit)[0]} if a.time \
         else {a.literal: kernel(w, lit)[0]}
     ins = w.make_inputs()
