@@ -104,6 +104,11 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
                                  "generated (NHWC/HWIO or NCHW/OIHW)")
 
     @staticmethod
+    def epilogue(w, pl: dict) -> Epilogue:
+        """The group's epilogue (ops on the conv's output) over the plan's row and column axes."""
+        return Epilogue(w.epilogue, w.out_shape, w.dtype, pl["rows"], pl["cols"])
+
+    @staticmethod
     def prologue(w) -> Epilogue | None:
         """The group's prologue (ops on the image before the conv, ``FuseOps``' per-channel
         chains) as code applied by ``pack_b`` to each image row (one input channel): operand
@@ -327,7 +332,7 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
         micro-kernel variant share one module (docs/compile-once.md)."""
         pl, g = self.plan(w), w.geometry
         a_src, b_src = self.a_source(pl, config), self.b_source(pl, config)
-        epi = Epilogue(w.epilogue, w.out_shape, w.dtype, pl["rows"], pl["cols"])
+        epi = self.epilogue(w, pl)
         values = core.gemm_dims(pl["M"], pl["N"], pl["K"], config, b_src, w.dtype, a_src,
                                 1 + len(core.full_operands(epi)))
         values.update({"H": g["H"], "W": g["W"], "CI": g["C"], "KH": g["KH"], "KW": g["KW"],
@@ -355,7 +360,7 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
         pl = self.plan(w)
         g = w.geometry
         x_idx, w_idx = w.p["anchor_inputs"]
-        epi = Epilogue(w.epilogue, w.out_shape, w.dtype, pl["rows"], pl["cols"])
+        epi = self.epilogue(w, pl)
         pro = self.prologue(w)
         a_src = self.a_source(pl, c)
         b_src = self.b_source(pl, c)
