@@ -17,7 +17,9 @@ CHAIN = textwrap.dedent('''
     import numpy as np
     from numba import prange
 
-    import search_spaces.runtime   # installs lazy_codegen
+    from search_spaces.runtime import lazy_codegen
+
+    lazy_codegen.install()
 
     @numba.njit(no_cpython_wrapper=True, no_cfunc_wrapper=True)
     def block(x, i):
@@ -78,8 +80,13 @@ def test_cached_entry_loads_and_runs_in_a_new_process(tmp_path):
     assert _run(code, env).split() == ["True", "1"]   # loaded from Numba's cache
 
 
-def test_disabled_by_environment():
-    out = _run("from search_spaces.runtime import lazy_codegen as l; "
-               "from numba.core.codegen import JITCPUCodegen as C; "
-               "print(l.install(), C._library_class.__name__)", {"TUNER_LAZY_CODEGEN": "0"})
-    assert out.split() == ["False", "JITCodeLibrary"]
+def test_the_kernel_loader_applies_the_setting(tmp_path):
+    """import_kernel_module installs it, or with TUNER_LAZY_CODEGEN=0 gives Numba's own back."""
+    path = tmp_path / "k_0123456789abcdef0123.py"
+    path.write_text("X = 1\n")
+    code = ("from search_spaces.runtime import lazy_codegen as l; l.install(); "
+            "from tuner.measure.kernel_key import import_kernel_module as imp; "
+            "from numba.core.codegen import JITCPUCodegen as C; "
+            "imp(%r); print(l.installed(), C._library_class.__name__)" % str(path))
+    assert _run(code, {"TUNER_LAZY_CODEGEN": "0"}).split() == ["False", "JITCodeLibrary"]
+    assert _run(code, {"TUNER_LAZY_CODEGEN": "1"}).split() == ["True", "LazyJITCodeLibrary"]

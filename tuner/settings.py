@@ -9,6 +9,10 @@
   It becomes ``NUMBA_CPU_NAME`` (and an empty ``NUMBA_CPU_FEATURES``: that CPU's own
   features) in this process and in every worker, and the target (and its records' key) is
   that CPU's. Kernels for a CPU whose ISA this machine lacks can be shown, not run.
+- ``TUNER_LAZY_CODEGEN``: ``0`` compiles generated kernels with Numba's eager code libraries
+  (every Numba function's module optimised and emitted on its own) instead of
+  ``search_spaces.runtime.lazy_codegen`` (each module's code optimised once, in its entry
+  point); the same kernels either way, for A/B comparisons of compile time.
 """
 from __future__ import annotations
 
@@ -41,6 +45,21 @@ def opt_level(value: int | None = None, int8: bool = False) -> int:
     if value is not None:
         return value
     return INT8_OPT_LEVEL if int8 else DEFAULT_OPT_LEVEL
+
+
+def lazy_codegen() -> bool:
+    return os.environ.get("TUNER_LAZY_CODEGEN", "1") != "0"
+
+
+def apply_codegen() -> bool:
+    """Install or remove ``lazy_codegen`` as ``TUNER_LAZY_CODEGEN`` says, before a generated
+    module compiles; True when lazy libraries are in use."""
+    from search_spaces.runtime import lazy_codegen as lc
+
+    if lazy_codegen():
+        return lc.install()
+    lc.uninstall()
+    return False
 
 
 def cache_dir() -> Path:

@@ -31,13 +31,12 @@ store it in yet, so the store waits until a module defining that global is loade
 completion or a caller's). Nopython code reads its environment only to raise an exception
 with a Python object, which generated kernels do not.
 
-``install()`` makes the CPU target create these libraries (idempotent); ``TUNER_LAZY_CODEGEN=0``
-leaves Numba's own eager libraries (for A/B comparisons). Installed by ``search_spaces.runtime``
-on import, so every process that compiles a generated kernel has it before its first compile.
+``install()`` makes the CPU target create these libraries (idempotent), ``uninstall()`` gives
+Numba's own eager libraries back for what compiles next. ``tuner.measure.kernel_key``'s
+``import_kernel_module``, which loads every generated module in every process, applies
+``tuner.settings.lazy_codegen()`` first (``TUNER_LAZY_CODEGEN=0``: eager, for A/B comparisons).
 """
 from __future__ import annotations
-
-import os
 
 _pending_envs: dict[str, object] = {}
 
@@ -134,20 +133,15 @@ def _set_env(self, env_name, env):
         _pending_envs[env_name] = env
 
 
-def enabled() -> bool:
-    return os.environ.get("TUNER_LAZY_CODEGEN", "1") != "0"
-
-
 def install() -> bool:
-    """Make Numba's CPU JIT target create lazy code libraries; False where disabled or where
-    this Numba lacks the internals it replaces (then Numba's own libraries stay)."""
-    if not enabled():
-        return False
+    """Make Numba's CPU JIT target create lazy code libraries; False where this Numba lacks
+    the internals it replaces (then Numba's own libraries stay)."""
     try:
         from numba.core.codegen import JITCodeLibrary, JITCPUCodegen
     except ImportError:
         return False
-    if getattr(JITCPUCodegen, "_eager_set_env", None) is not None:
+    if getattr(JITCPUCodegen, "_lazy_class", None) is not None:
+        JITCPUCodegen._library_class = JITCPUCodegen._lazy_class
         return True
     needed = ("_optimize_final_module", "_finalize_final_module", "get_pointer_to_function",
               "_get_compiled_object")
@@ -155,6 +149,20 @@ def install() -> bool:
             hasattr(JITCodeLibrary, n) for n in needed):
         return False
     JITCPUCodegen._eager_set_env = JITCPUCodegen.set_env
-    JITCPUCodegen.set_env = _set_env
-    JITCPUCodegen._library_class = _make_class()
+    JITCPUCodegen.set_env = _set_env   # stores at once wherever the global is loaded
+    JITCPUCodegen._lazy_class = JITCPUCodegen._library_class = _make_class()
     return True
+
+
+def uninstall() -> None:
+    """Numba's eager libraries for every compile from now on (deferred ones complete as
+    before when asked)."""
+    from numba.core.codegen import JITCodeLibrary, JITCPUCodegen
+
+    JITCPUCodegen._library_class = JITCodeLibrary
+
+
+def installed() -> bool:
+    from numba.core.codegen import JITCPUCodegen
+
+    return JITCPUCodegen._library_class is getattr(JITCPUCodegen, "_lazy_class", None)

@@ -27,6 +27,8 @@ import importlib.util
 import os
 from functools import lru_cache
 
+from tuner import settings
+
 PROJECT_PACKAGES = ("search_spaces", "tuner", "workloads")
 
 
@@ -164,6 +166,7 @@ def import_kernel_module(path) -> object:
     name = "tuner_kernel_" + os.path.basename(str(path))[:-3]
     mod = sys.modules.get(name)
     if mod is None:
+        settings.apply_codegen()   # before its functions compile
         spec = importlib.util.spec_from_file_location(name, str(path))
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
