@@ -43,6 +43,7 @@ _pending_envs: dict[str, object] = {}
 
 def _make_class():
     from numba.core.codegen import JITCodeLibrary
+    from numba.core.compiler_lock import global_compiler_lock
 
     class LazyJITCodeLibrary(JITCodeLibrary):
         """A JIT code library whose full module optimisation and machine code are deferred
@@ -61,15 +62,18 @@ def _make_class():
             super()._finalize_final_module()
 
         def _complete(self):
-            self._ensure_finalized()
-            if not self._deferred:
-                return
-            self._deferred = False
-            super()._optimize_final_module()
-            self._final_module.verify()
-            super()._finalize_final_module()
-            if _pending_envs:
-                _store_pending_envs(self._codegen, self._final_module)
+            """The module optimisation and machine code a finalized library deferred (under
+            Numba's compiler lock, as its own finalize runs; the lock is reentrant)."""
+            with global_compiler_lock:
+                self._ensure_finalized()
+                if not self._deferred:
+                    return
+                self._deferred = False
+                super()._optimize_final_module()
+                self._final_module.verify()
+                super()._finalize_final_module()
+                if _pending_envs:
+                    _store_pending_envs(self._codegen, self._final_module)
 
         def _defines(self, name: str) -> bool:
             try:
