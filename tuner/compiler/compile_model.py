@@ -161,6 +161,14 @@ def _prepared_only(k: _Kernel, consts: set[str]) -> bool:
     return bool(idx) and all(k.node.inputs[i] in consts for i in idx)
 
 
+def mark_prepared_only(g: Graph, kernels: dict) -> None:
+    """Set each kernel's ``prepared_only`` from the graph's constants (before compiling: such
+    a kernel compiles ``kernel_prepared`` alone)."""
+    consts = {n.name for n in g.nodes if n.is_const}
+    for k in kernels.values():
+        k.prepared_only = _prepared_only(k, consts)
+
+
 def _bind_prepared(k: _Kernel, fn, args: tuple):
     """(fn, args) of a kernel step: for a ``prepared_only`` kernel ``prepare`` runs once here
     and the step calls ``kernel_prepared`` on its result; otherwise (no prepared operands, or
@@ -334,9 +342,7 @@ def build(graph: Graph, *, opt_level: int | None = None, threads: int = 1, db: s
                                                        strict=strict, tuned=tuned,
                                                        inplace_concat=inplace_concat)
 
-    consts = {n.name for n in g.nodes if n.is_const}
-    for k in kernels.values():
-        k.prepared_only = _prepared_only(k, consts)
+    mark_prepared_only(g, kernels)
     t_compile = time.perf_counter()
     replies = _compile_in_workers(list(kernels.values()), jobs or usable_cores(), threads, cache)
     for k in kernels.values():
