@@ -38,7 +38,23 @@ Numba's own eager libraries back for what compiles next. ``tuner.measure.kernel_
 """
 from __future__ import annotations
 
+import functools
+
 _pending_envs: dict[str, object] = {}
+
+# What asks a library for its machine code or optimised module besides a function pointer:
+# its object code (Numba's cache), bitcode, optimised IR, assembly and control-flow graphs.
+COMPLETING = ("_get_compiled_object", "serialize_using_bitcode", "get_llvm_str", "get_asm_str",
+              "get_function_cfg", "get_disasm_cfg")
+
+
+def _completing(method):
+    """``method`` of Numba's library, run after the deferred optimisation and machine code."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        self._complete()
+        return method(self, *args, **kwargs)
+    return wrapper
 
 
 def _make_class():
@@ -92,30 +108,8 @@ def _make_class():
                 self._complete()
             return super().get_pointer_to_function(name)
 
-        def _get_compiled_object(self):
-            self._complete()
-            return super()._get_compiled_object()
-
-        def serialize_using_bitcode(self):
-            self._complete()
-            return super().serialize_using_bitcode()
-
-        def get_llvm_str(self):
-            self._complete()
-            return super().get_llvm_str()
-
-        def get_asm_str(self):
-            self._complete()
-            return super().get_asm_str()
-
-        def get_function_cfg(self, name, py_func=None, **kwargs):
-            self._complete()
-            return super().get_function_cfg(name, py_func=py_func, **kwargs)
-
-        def get_disasm_cfg(self, mangled_name):
-            self._complete()
-            return super().get_disasm_cfg(mangled_name)
-
+    for name in COMPLETING:   # each completes the library first, then is Numba's own
+        setattr(LazyJITCodeLibrary, name, _completing(getattr(JITCodeLibrary, name)))
     return LazyJITCodeLibrary
 
 
@@ -148,7 +142,7 @@ def install() -> bool:
         JITCPUCodegen._library_class = JITCPUCodegen._lazy_class
         return True
     needed = ("_optimize_final_module", "_finalize_final_module", "get_pointer_to_function",
-              "_get_compiled_object")
+              *COMPLETING)
     if JITCPUCodegen._library_class is not JITCodeLibrary or not all(
             hasattr(JITCodeLibrary, n) for n in needed):
         return False
