@@ -147,6 +147,48 @@ def test_run_allocates_nothing_per_call(conv_block, built):
     # One activation of this graph is 64 KiB: a runtime allocating outputs would exceed that.
 
 
+def test_arena_copies_are_aligned_writable_and_equal():
+    import mmap
+
+    from tuner.compiler.arena import ALIGN, MIN_BYTES, place, slices
+
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(n).astype(np.float32) for n in (3, 1000, MIN_BYTES // 4)]
+    arrays.append(rng.integers(-128, 127, size=(7, 9), dtype=np.int8))
+    copies = place(arrays)
+    root = copies[0].base
+    while getattr(root, "base", None) is not None:
+        root = root.base
+    for a, c in zip(arrays, copies):
+        assert c.shape == a.shape and c.dtype == a.dtype and np.array_equal(a, c)
+        assert c.flags.c_contiguous and c.flags.writeable and c.ctypes.data % ALIGN == 0
+        assert c.ctypes.data != a.ctypes.data
+        r = c.base
+        while getattr(r, "base", None) is not None:
+            r = r.base
+        assert r is root   # one block
+    if hasattr(mmap, "MADV_HUGEPAGE"):   # over MIN_BYTES: an anonymous map advised huge pages
+        assert isinstance(getattr(root, "obj", root), mmap.mmap)   # frombuffer: a memoryview
+    # buffers carved from one block do not overlap
+    bufs = slices([100, 64, 1 << 21], ["float32", "uint8", "float64"])
+    spans = sorted((b.ctypes.data, b.ctypes.data + b.nbytes) for b in bufs)
+    assert all(e0 <= s1 for (_, e0), (s1, _) in zip(spans, spans[1:]))
+    assert [b.nbytes for b in bufs] == [100, 64, 1 << 21]
+
+
+def test_prepared_weights_live_in_one_arena(built):
+    """A build moves every packed weight its kernel_prepared steps read into one block (on
+    huge pages where the OS grants them): no step reads one from Numba's allocator."""
+    def root(a):
+        while isinstance(a, np.ndarray) and a.base is not None:
+            a = a.base
+        return a
+
+    roots = [root(a) for s in built.steps if s.fn is not None for a in s.args
+             if isinstance(a, np.ndarray)]
+    assert not [r for r in roots if type(r).__name__ == "_MemInfo"], "a weight left in Numba's heap"
+
+
 def test_runtime_overhead_is_small(conv_block, built):
     t = built.time(random_inputs(conv_block), repeat=10)
     assert t.p50 > 0 and t.p95 >= t.p50

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from tuner import settings
+from tuner.compiler.arena import place
 from tuner.compiler.module import Module, Step, Summary
 from tuner.compiler.planner import plan_memory
 from workloads.errors import NoRecordError, TunerError, UsageError
@@ -169,10 +170,11 @@ def mark_prepared_only(g: Graph, kernels: dict) -> None:
         k.prepared_only = _prepared_only(k, consts)
 
 
-def _bind_prepared(k: _Kernel, fn, args: tuple):
+def _bind_prepared(k: _Kernel, fn, args: tuple, prepared: list):
     """(fn, args) of a kernel step: for a ``prepared_only`` kernel ``prepare`` runs once here
-    and the step calls ``kernel_prepared`` on its result; otherwise (no prepared operands, or
-    a weight given as a graph input) the entry, which prepares on every call."""
+    and the step calls ``kernel_prepared`` on its result (appended to ``prepared``);
+    otherwise (no prepared operands, or a weight given as a graph input) the entry, which
+    prepares on every call."""
     if not k.prepared_only:
         return fn, args
     from search_spaces.template import prepare_kernel, prepared_inputs
@@ -181,7 +183,22 @@ def _bind_prepared(k: _Kernel, fn, args: tuple):
     pk = prepare_kernel(import_kernel_module(k.path),
                         prepared_inputs(k.template, k.workload, k.config), args[:-1],
                         k.template.runtime_args(k.workload, k.config))
+    prepared.extend(pk.prepared)
     return pk.fn, pk.args(args[:-1], args[-1:])
+
+
+def _place_prepared(steps: list[Step], prepared: list) -> None:
+    """Move the prepared weights into one huge-page arena (``tuner.compiler.arena``) and
+    point the steps' arguments at the copies: a run streams every weight once, and on 4 KiB
+    pages each panel walks the page tables every 4 KiB (docs/models.md, "Weights on huge
+    pages")."""
+    arrays = [a for a in prepared if isinstance(a, np.ndarray)]
+    if not arrays:
+        return
+    home = {id(a): c for a, c in zip(arrays, place(arrays))}
+    for s in steps:
+        if s.fn is not None:
+            s.args = tuple(home.get(id(a), a) for a in s.args)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -386,6 +403,7 @@ def build(graph: Graph, *, opt_level: int | None = None, threads: int = 1, db: s
         return a
 
     steps: list[Step] = []
+    prepared: list = []   # the arrays kernel_prepared steps read (packed weights)
     for node in groups:
         if node.name in views:
             array_of(node.name)
@@ -403,12 +421,13 @@ def build(graph: Graph, *, opt_level: int | None = None, threads: int = 1, db: s
         if fn is None:
             fn = _numpy_step(node)
         else:
-            fn, args = _bind_prepared(k, fn, args)
+            fn, args = _bind_prepared(k, fn, args, prepared)
         steps.append(Step(node.name, k.label, k.kind, k.source, fn, args,
                           getattr(k.workload, "key", None),
                           getattr(k.template, "name", None),
                           dict(k.config) if k.config is not None else None, k.note))
 
+    _place_prepared(steps, prepared)
     if threads > 1 and any(s.source not in ("numpy", "view") for s in steps):
         for s in steps:
             if s.source == "numpy":

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tuner.compiler.arena import slices
+
 
 @dataclass
 class Plan:
@@ -28,7 +30,8 @@ class Plan:
         return sum(self.sizes)
 
     def allocate(self) -> list[np.ndarray]:
-        return [np.empty(n // np.dtype(d).itemsize, dtype=d) for n, d in zip(self.sizes, self.dtypes)]
+        """The buffers, uninitialised, in one block on huge pages (``tuner.compiler.arena``)."""
+        return slices(self.sizes, self.dtypes)
 
 
 def plan_memory(steps: list[tuple[str, tuple[str, ...]]], nbytes: dict[str, int],
