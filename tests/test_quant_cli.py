@@ -56,7 +56,7 @@ def test_digits_files_match_the_training_script():
     ("minmax", "--reduce-range", 0.6),
 ])
 def test_digits_int8_accuracy_within_goal(capsys, db_url, method, weights, max_drop):
-    out = run_json(capsys, DIGITS, "--calibration", CALIB, "--method", method, weights,
+    out = run_json(capsys, DIGITS, "--calibration", CALIB, "--calib-method", method, weights,
                    "--report", "--inputs", TEST)
     e = out["report"]["end_to_end"]
     assert e["rows"] == 360

@@ -137,6 +137,26 @@ def test_calibration_methods():
     assert kl_threshold(hist, 255) >= 1900
 
 
+def test_clipping_methods_leave_the_output_head_its_observed_range():
+    """percentile/entropy clip intermediate tensors, never the tensors between the last
+    conv/dense and the output: clipped logits saturate the top classes to one value."""
+    from tuner.quant.calibrate import output_head
+
+    fp = canonical(conv_net())
+    head = output_head(fp)
+    ops = {n.name: n.op for n in fp.nodes}
+    assert set(fp.outputs) <= head
+    assert any(ops[h] == "dense" for h in head)            # the logits' producer ...
+    assert not any(ops[h] in ("conv2d", "max_pool2d", "concatenate") for h in head)  # ... nothing before it
+    s = random_samples(fp, 8)
+    for method in ("percentile", "entropy"):
+        calib = calibrate(fp, s, method, percentile=99.0)
+        for name in head:
+            assert calib.ranges[name] == calib.observed[name], (method, name)
+        clipped = [n for n in calib.ranges if n not in head and calib.ranges[n] != calib.observed[n]]
+        assert clipped, method                               # the method still clips elsewhere
+
+
 def test_nothing_to_quantize_is_a_usage_error():
     b = GraphBuilder("plain")
     x = b.input("x", (1, 8))

@@ -22,8 +22,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("model", metavar="MODEL", help=".onnx file or graph in IR text form")
     p.add_argument("--calibration", default="32", metavar="N|FILE",
                    help="N seeded random inputs (default 32) or a .npy/.npz file of real inputs")
-    p.add_argument("--method", default="minmax", choices=("minmax", "percentile", "entropy"))
-    p.add_argument("--percentile", type=float, default=99.99, help="for --method percentile")
+    p.add_argument("--calib-method", "--method", dest="method", default="minmax",
+                   choices=("minmax", "percentile", "entropy"),
+                   help="calibration method (--method: the same option, its older name)")
+    p.add_argument("--percentile", type=float, default=99.99, help="for --calib-method percentile")
     p.add_argument("--report", action="store_true", help="compare FP32 and INT8 (per op, end to end)")
     p.add_argument("--inputs", default="200", metavar="N|FILE",
                    help="report inputs: N seeded random inputs (default 200) or a .npy/.npz file")

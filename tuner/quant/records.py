@@ -20,7 +20,7 @@ import json
 import os
 from pathlib import Path
 
-from tuner.quant.calibrate import Calibration
+from tuner.quant.calibrate import ALGORITHM_VERSION, Calibration
 
 FORMAT_VERSION = 1
 
@@ -42,8 +42,8 @@ def graph_digest(graph) -> str:
 
 def record_key(graph_digest_: str, method: str, samples: str, percentile: float | None,
                target_key: str, reduce_range: bool) -> str:
-    text = json.dumps([FORMAT_VERSION, graph_digest_, method, samples, percentile, target_key,
-                       reduce_range])
+    text = json.dumps([FORMAT_VERSION, ALGORITHM_VERSION, graph_digest_, method, samples,
+                       percentile, target_key, reduce_range])
     return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
@@ -55,7 +55,7 @@ def record_path(directory: Path, model_name: str, key: str) -> Path:
 def save(path: Path, calib: Calibration, *, model: str, digest: str, reduce_range: bool,
          target) -> None:
     doc = {
-        "format": FORMAT_VERSION,
+        "format": FORMAT_VERSION, "algorithm": ALGORITHM_VERSION,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "model": model, "graph_digest": digest,
         "method": calib.method, "percentile": calib.percentile,
