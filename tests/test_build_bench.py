@@ -104,3 +104,29 @@ def test_bench_model_bad_input(args, tmp_path):
     r = _bench(*args, tmp_path=tmp_path)
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stderr.startswith("error: ") and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_bench_layers_pairs_each_kernel_with_ort_nodes(tmp_path):
+    """``bench layers``: every kernel of the build profiled beside ONNX Runtime's nodes, each
+    ORT node credited to the group computing its value (ORT fuses conv + bn + relu into one
+    node, ours into one group), every ORT node counted once."""
+    model = _tiny(tmp_path / "tiny.onnx")
+    out = tmp_path / "layers.json"
+    r = subprocess.run([sys.executable, "-m", "tuner", "bench", "layers", model, "--threads", "1",
+                        "--repeat", "3", "--out", str(out)], capture_output=True, text=True,
+                       cwd=ROOT, timeout=900,
+                       env={**os.environ, "TUNER_DB": f"sqlite:///{tmp_path / 't.db'}"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    data = json.loads(out.read_text())
+    assert data["kind"] == "bench-layers" and data["versions"]["onnxruntime"]
+    rows = {row["kind"]: row for row in data["rows"]}
+    conv, dense = rows["conv2d"], rows["dense"]
+    assert conv["ours_ms"]["1"] > 0 and conv["ort_ms"]["1"] > 0 and conv["ort_nodes"]
+    assert dense["ort_ms"]["1"] > 0 and dense["gemm"].startswith("M1 ")
+    tot = data["totals"]["1"]
+    matched = sum(row["ort_ms"].get("1", 0.0) for row in data["rows"])
+    assert abs(matched + tot["ort_unmatched_ms"] - tot["ort_ms"]) < 1e-6   # every node counted once
+    assert "| kernel | group | GEMM | ours 1t ms | ORT 1t ms |" in r.stdout
+    bad = subprocess.run([sys.executable, "-m", "tuner", "bench", "layers", "missing.onnx"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: ")

@@ -221,11 +221,12 @@ def bench_model(path: str, threads_list: list[int], *, groups: str = "ANBCD", se
             "agreement_inputs": agreement if int8 else None,
             "input_shapes": [list(p.type.shape) for p in graph.inputs], "repeat": repeat,
             "rounds": rounds, "warmup": 2, "target": host_target().key,
-            "versions": _versions(), "time": dt.datetime.now().isoformat(timespec="seconds"),
+            "versions": model_versions(), "time": dt.datetime.now().isoformat(timespec="seconds"),
             "rows": rows}
 
 
-def _versions() -> dict:
+def model_versions() -> dict:
+    """Python and the versions of the libraries a model benchmark ran with."""
     out = {"python": platform.python_version()}
     for mod in ("numpy", "numba", "llvmlite", "onnx", "onnxruntime"):
         try:

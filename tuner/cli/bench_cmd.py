@@ -1,4 +1,4 @@
-"""``python -m tuner bench gemm | int8 | ladder | model | tiles | cache | compare | report``: measured claims,
+"""``python -m tuner bench gemm | int8 | ladder | model | layers | tiles | cache | compare | report``: measured claims,
 always beside a competitor in the same run."""
 from __future__ import annotations
 
@@ -58,6 +58,20 @@ def register(sub) -> None:
     add_db_arg(mb)
     mb.add_argument("--out", default=None, help="result JSON (default logs/bench-model-<time>.json)")
     mb.set_defaults(handler=run_model)
+
+    ly = bsub.add_parser("layers", help="each kernel of a built model beside the ONNX Runtime "
+                                        "nodes computing the same values (both profiled, same run)")
+    ly.add_argument("model", metavar="MODEL", help=".onnx model (extra .[onnx])")
+    ly.add_argument("--threads", default="1,2", help="comma-separated thread counts")
+    ly.add_argument("--repeat", type=int, default=15, help="profiled runs per side (medians)")
+    ly.add_argument("--top", type=int, default=20, help="rows printed, by our time minus ORT's")
+    ly.add_argument("--seed", type=int, default=0, help="random weights seed")
+    ly.add_argument("--opt-level", "-O", type=int, default=None, dest="opt_level",
+                    help="graph pass pipeline (default: the build's)")
+    ly.add_argument("--untuned", action="store_true", help="template defaults, no records")
+    add_db_arg(ly)
+    ly.add_argument("--out", default=None, help="result JSON (default logs/bench-layers-<time>.json)")
+    ly.set_defaults(handler=run_layers)
 
     ti = bsub.add_parser("tiles", help="a model's heaviest tasks: the template default against config variants, "
                                         "in the tuning worker, both orders")
@@ -313,6 +327,31 @@ def run_model(args) -> int:
         print(table_markdown(d))
     if len(results) > 1:
         print("\n" + models_markdown(results))
+    print(f"\nwrote {path}")
+    return 0
+
+
+def run_layers(args) -> int:
+    from tuner.bench.layer_compare import compare_layers, layers_markdown
+    from tuner.bench.model_bench import write_results
+    from tuner.target import usable_cores
+    from workloads.errors import UsageError
+
+    threads = _ints(args.threads, "--threads")
+    if max(threads) > usable_cores():
+        raise UsageError(f"--threads {max(threads)}: this machine allows 1..{usable_cores()}")
+    if not args.model.endswith(".onnx"):
+        raise UsageError(f"bench layers compares with ONNX Runtime: give an .onnx model, not {args.model}")
+    if not os.path.isfile(args.model):
+        raise UsageError(f"no such model file: {args.model}")
+    if args.repeat < 3 or args.top < 1:
+        raise UsageError(f"--repeat must be >= 3 and --top >= 1, got {args.repeat} and {args.top}")
+    if args.opt_level is not None and args.opt_level not in (0, 1, 2, 3):
+        raise UsageError(f"-O must be 0..3, got {args.opt_level}")
+    data = compare_layers(args.model, threads, seed=args.seed, repeat=args.repeat,
+                          opt_level=args.opt_level, tuned=not args.untuned, db=args.db)
+    path = write_results(data, _out(args, "layers"))
+    print(layers_markdown(data, args.top))
     print(f"\nwrote {path}")
     return 0
 
