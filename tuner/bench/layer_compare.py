@@ -18,6 +18,7 @@ import datetime as dt
 import json
 import os
 import tempfile
+import time
 from collections import defaultdict
 
 import numpy as np
@@ -78,7 +79,7 @@ def compare_layers(path: str, threads_list: list[int], *, seed: int = 0, repeat:
                    opt_level: int | None = None, tuned: bool = True, db: str | None = None,
                    log=print) -> dict:
     from tuner.bench.hotspots import gemm_equivalent, gemm_label
-    from tuner.bench.model_bench import model_versions
+    from tuner.bench.model_bench import SETTLE_SECONDS, model_versions
     from tuner.compiler.compile_model import build
     from tuner.compiler.verify_model import prepare
     from tuner.target import host_target
@@ -96,6 +97,8 @@ def compare_layers(path: str, threads_list: list[int], *, seed: int = 0, repeat:
         log(f"building {graph.name} ({t} thread(s)) and timing each kernel ...")
         m = build(graph, opt_level=opt_level, threads=t, db=db, tuned=tuned)
         m.run(inputs)
+        if t > 1:
+            time.sleep(SETTLE_SECONDS)   # the build's and the last session's threads
         for step, sec in m.profile(inputs, repeat=repeat):
             r = rows.setdefault(step.name, {"name": step.name, "label": step.label,
                                             "kind": step.kind, "source": step.source,
@@ -104,6 +107,8 @@ def compare_layers(path: str, threads_list: list[int], *, seed: int = 0, repeat:
                 r["gemm"] = gemm_label(gemm_equivalent(step.workload))
             r["ours_ms"][str(t)] = sec * 1e3
         log(f"timing ONNX Runtime's nodes ({t} thread(s)) ...")
+        if t > 1:
+            time.sleep(SETTLE_SECONDS)   # our pool's threads spin-wait after its runs
         times, nodes = ort_node_times(model.SerializeToString(), feed, t, repeat=repeat)
         for node, sec in times.items():
             op, outs = nodes.get(node, ("?", []))
