@@ -169,6 +169,10 @@ def test_arena_copies_are_aligned_writable_and_equal():
         assert r is root   # one block
     if hasattr(mmap, "MADV_HUGEPAGE"):   # over MIN_BYTES: an anonymous map advised huge pages
         assert isinstance(getattr(root, "obj", root), mmap.mmap)   # frombuffer: a memoryview
+    # a set under MIN_BYTES: plain memory, still on cache-line boundaries
+    for small in (place([np.ones(5, np.float32), np.ones(3, np.int8), np.ones(7, np.float64)])
+                  for _ in range(8)):
+        assert all(c.ctypes.data % ALIGN == 0 and c.flags.writeable for c in small)
     # buffers carved from one block do not overlap
     bufs = slices([100, 64, 1 << 21], ["float32", "uint8", "float64"])
     spans = sorted((b.ctypes.data, b.ctypes.data + b.nbytes) for b in bufs)

@@ -29,18 +29,26 @@ def _aligned(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
+def _plain(nbytes: int) -> np.ndarray:
+    """``nbytes`` of NumPy memory starting on an ``ALIGN`` boundary (malloc gives 16)."""
+    buf = np.empty(nbytes + ALIGN, np.uint8)
+    off = -buf.ctypes.data % ALIGN
+    return buf[off:off + nbytes]
+
+
 def arena(nbytes: int) -> np.ndarray:
-    """A writable uint8 array of ``nbytes``, on huge pages where the OS grants them on request."""
+    """A writable uint8 array of ``nbytes`` starting on an ``ALIGN`` boundary, on huge pages
+    where the OS grants them on request."""
     advice = getattr(mmap, "MADV_HUGEPAGE", None)
     if advice is None or nbytes < MIN_BYTES:
-        return np.empty(nbytes, np.uint8)
+        return _plain(nbytes)
     size = (nbytes + HUGE_PAGE - 1) // HUGE_PAGE * HUGE_PAGE
     try:
         block = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         block.madvise(advice)
     except (OSError, ValueError):   # no anonymous maps or advice here: plain memory
-        return np.empty(nbytes, np.uint8)
-    return np.frombuffer(block, np.uint8, count=nbytes)   # keeps ``block`` alive
+        return _plain(nbytes)
+    return np.frombuffer(block, np.uint8, count=nbytes)   # page-aligned; keeps ``block`` alive
 
 
 def slices(sizes: list[int], dtypes: list) -> list[np.ndarray]:
