@@ -254,6 +254,37 @@ def test_nhwc_pools_in_vectors_of_channels(op, shape, k, s, p, extra):
             assert w.check(x, out, w.reference(x)) is None, (relu, cfg)
 
 
+@pytest.mark.parametrize("op,shape,k,s,p,extra", [
+    ("max_pool2d", (9, 10, 192), 3, 2, 1, {}),
+    ("max_pool2d", (7, 7, 48), 3, 1, 1, {"ceil_mode": True}),
+    ("avg_pool2d", (9, 10, 96), 3, 2, 1, {"count_include_pad": False}),
+    ("avg_pool2d", (6, 6, 16), 2, 2, 0, {"count_include_pad": True})])
+def test_nhwc_pools_fold_several_channel_vectors(op, shape, k, s, p, extra):
+    """Channels a multiple of the vector width: several accumulators side by side (as many
+    of ``CHANNEL_VECTORS`` as divide the channels), plain loads and stores, no masks; exact
+    against the reference on 1 and 2 threads, padding and ceil mode included."""
+    from search_spaces.templates.fixed_vector import CHANNEL_VECTORS
+
+    t = get_template("fixed")
+    b = GraphBuilder("g")
+    y = b.op(op, b.input("x", (1,) + shape), pool_size=[k, k], strides=[s, s],
+             padding=[p, p, p, p], layout="NHWC", **extra)
+    (w,) = [workload_for_group(n) for n in fused_groups(optimize(b.build(y), opt_level=2))]
+    src = t.codegen(w, t.default_config(w))
+    vec = int(src.split("VEC = ")[1].split()[0])
+    u = next(u for u in CHANNEL_VECTORS if shape[2] % (u * vec) == 0)
+    assert "vload_n(Xf" not in src and "vstore_n(Cf" not in src
+    assert f"acc{u - 1} = " in src and f"acc{u} = " not in src
+    x = w.make_inputs()
+    x[0][...] = -np.abs(x[0]) - 1
+    for cfg in [t.default_config(w), Config({"threads": 2})]:
+        if cfg["threads"] not in t.space(w, 2).knob("threads").values:
+            continue
+        out = w.make_outputs()
+        load_kernel(w, t, cfg)(*x, *out)
+        assert w.check(x, out, w.reference(x)) is None, cfg
+
+
 def test_nhwc_global_average_pool_sums_rows_of_channels():
     """NHWC global average pooling: rows of channels summed into float64 accumulators (no
     transpose to planes), 2 images; the same sums in the same order as the reference."""

@@ -54,7 +54,8 @@ def _convert_expr(convert: dict, operand: str) -> str:
 
 class FixedTemplate(Template):
     name = "fixed"
-    version = 7   # 7: NHWC max/avg pools in vectors of channels, NHWC global average pool by rows
+    version = 8   # 7: NHWC max/avg pools in vectors of channels, NHWC global average pool by rows;
+                  # 8: several channel vectors per NHWC pool step where VEC divides the channels
     workload_kind = "fixed"
     tunable = False   # one point per workload: nothing to search
     entry = "kernel"
