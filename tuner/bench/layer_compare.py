@@ -4,8 +4,9 @@ same values, timed in the same process: where a model's gap to ORT sits, layer b
 Our side: ``Module.profile`` (each kernel timed alone, in order, median of ``repeat`` runs).
 ORT's side: its own profiler (``SessionOptions.enable_profiling``) over ``warmup + repeat``
 runs of a session on the same model and weights, each node's median ``kernel_time`` after the
-warm-up. A node belongs to our fused group whose body computed the value the node is named
-after (ORT names its NCHWc nodes ``<value>_nchwc`` and fused ones ``fused <name>``) or one of
+warm-up. A node belongs to our fused group whose body computed (``Step.values``) the value
+the node is named after (ORT names its NCHWc nodes ``<value>_nchwc``, fused ones
+``fused <name>``) or one of
 the node's outputs (read from ORT's optimized model): ORT's Conv + Add + Relu is named after
 the conv's value, which our ``conv2d + [add -> relu]`` group holds in its body; a node keeping
 its ONNX name (``n9``) is matched through that node's outputs. Nodes with no
@@ -24,22 +25,6 @@ from collections import defaultdict
 import numpy as np
 
 
-def _members(graph, opt_level: int | None) -> dict[str, str]:
-    """Value name -> the fused group (step name) of a build at ``opt_level`` computing it."""
-    from tuner.compiler.compile_model import classify_groups, default_opt_level, pipeline
-
-    g = pipeline(graph, default_opt_level(graph, opt_level, False), "NHWC", True)
-    groups, _views, _kinds, _slots = classify_groups(g)
-    owner: dict[str, str] = {}
-    for n in groups:
-        owner[n.name] = n.name
-        if n.body is not None:
-            for b in n.body.nodes:
-                if b.is_compute:
-                    owner.setdefault(b.name, n.name)
-    return owner
-
-
 def _node_name(name: str) -> str:
     name = name[len("fused "):] if name.startswith("fused ") else name
     return name[:-len("_nchwc")] if name.endswith("_nchwc") else name
@@ -49,23 +34,19 @@ def ort_node_times(model_bytes: bytes, feed: dict, threads: int, *, warmup: int 
                    repeat: int = 15) -> tuple[dict[str, float], dict[str, tuple[str, list[str]]]]:
     """({node: median seconds}, {node: (op type, outputs)}) of ORT's profiler on ``threads``."""
     import onnx
-    import onnxruntime as ort
+
+    from tuner.compiler.verify_model import ort_session
 
     with tempfile.TemporaryDirectory() as tmp:
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = threads
-        so.inter_op_num_threads = 1
-        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        so.log_severity_level = 3
-        so.enable_profiling = True
-        so.profile_file_prefix = os.path.join(tmp, "ort")
-        so.optimized_model_filepath = os.path.join(tmp, "optimized.onnx")
-        sess = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+        optimized_path = os.path.join(tmp, "optimized.onnx")
+        sess = ort_session(model_bytes, threads, enable_profiling=True,
+                           profile_file_prefix=os.path.join(tmp, "ort"),
+                           optimized_model_filepath=optimized_path)
         for _ in range(warmup + repeat):
             sess.run(None, feed)
         with open(sess.end_profiling()) as f:
             events = json.load(f)
-        optimized = onnx.load(so.optimized_model_filepath)
+        optimized = onnx.load(optimized_path)
     per: dict[str, list[float]] = defaultdict(list)
     for e in events:
         if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time"):
@@ -88,7 +69,6 @@ def compare_layers(path: str, threads_list: list[int], *, seed: int = 0, repeat:
     model, graph = prepare(path, seed)
     inputs = random_inputs(graph, seed=1)
     feed = {p.name: x for p, x in zip(graph.inputs, inputs)}
-    owner = _members(graph, opt_level)
     original = {n.name: list(n.output) for n in model.graph.node if n.name}   # ORT keeps these names
     rows: dict[str, dict] = {}
     unmatched: dict[str, dict] = {}
@@ -97,6 +77,10 @@ def compare_layers(path: str, threads_list: list[int], *, seed: int = 0, repeat:
         log(f"building {graph.name} ({t} thread(s)) and timing each kernel ...")
         m = build(graph, opt_level=opt_level, threads=t, db=db, tuned=tuned)
         m.run(inputs)
+        owner: dict[str, str] = {}   # value -> the first step computing it
+        for st in m.steps:
+            for v in (st.name, *st.values):
+                owner.setdefault(v, st.name)
         if t > 1:
             time.sleep(SETTLE_SECONDS)   # the build's and the last session's threads
         for step, sec in m.profile(inputs, repeat=repeat):
@@ -126,9 +110,10 @@ def compare_layers(path: str, threads_list: list[int], *, seed: int = 0, repeat:
         totals[str(t)] = {"ours_ms": sum(r["ours_ms"].get(str(t), 0.0) for r in rows.values()),
                           "ort_ms": sum(times.values()) * 1e3,
                           "ort_unmatched_ms": sum(u["ort_ms"].get(str(t), 0.0) for u in unmatched.values())}
+    target = host_target()
     return {"kind": "bench-layers", "model": path, "name": graph.name, "seed": seed,
-            "repeat": repeat, "threads": threads_list, "target": host_target().key,
-            "cpu": host_target().model_name, "versions": model_versions(),
+            "repeat": repeat, "threads": threads_list, "target": target.key,
+            "cpu": target.model_name, "versions": model_versions(),
             "time": dt.datetime.now().isoformat(timespec="seconds"), "rows": list(rows.values()),
             "ort_unmatched": list(unmatched.values()), "totals": totals}
 

@@ -204,6 +204,27 @@ def run_gemm(args) -> int:
     return 0
 
 
+def _thread_list(args) -> list[int]:
+    """``--threads`` as a list of counts, each within this machine's cores (the model benches)."""
+    from tuner.target import usable_cores
+    from workloads.errors import UsageError
+
+    threads = _ints(args.threads, "--threads")
+    if max(threads) > usable_cores():
+        raise UsageError(f"--threads {max(threads)}: this machine allows 1..{usable_cores()}")
+    return threads
+
+
+def _check_onnx(model: str, command: str) -> None:
+    """A model compared with ONNX Runtime: an existing .onnx file."""
+    from workloads.errors import UsageError
+
+    if not model.endswith(".onnx"):
+        raise UsageError(f"{command} compares with ONNX Runtime: give an .onnx model, not {model}")
+    if not os.path.isfile(model):
+        raise UsageError(f"no such model file: {model}")
+
+
 def _check_threads_and_level(args) -> None:
     """``--threads N`` within this machine's cores, ``--opt-level`` 0..3 (the per-model benches)."""
     from tuner.target import usable_cores
@@ -300,20 +321,14 @@ def run_ladder(args) -> int:
 def run_model(args) -> int:
     from tuner.bench.model_bench import GROUPS, bench_model, models_markdown, table_markdown, write_results
     from workloads.errors import UsageError
-    from tuner.target import usable_cores
 
-    threads = _ints(args.threads, "--threads")
-    if max(threads) > usable_cores():
-        raise UsageError(f"--threads {max(threads)}: this machine allows 1..{usable_cores()}")
+    threads = _thread_list(args)
     if not args.groups or set(args.groups) - set(GROUPS):
         raise UsageError(f"--groups must be letters of {''.join(GROUPS)}, got {args.groups!r}")
     if args.calibration < 1 or args.agreement < 1:
         raise UsageError("--calibration and --agreement must be >= 1")
     for model in args.model:
-        if not model.endswith(".onnx"):
-            raise UsageError(f"bench model compares with ONNX Runtime: give an .onnx model, not {model}")
-        if not os.path.isfile(model):
-            raise UsageError(f"no such model file: {model}")
+        _check_onnx(model, "bench model")
     if args.repeat < 3:
         raise UsageError(f"--repeat must be >= 3, got {args.repeat}")
     results = [bench_model(model, threads, groups=args.groups, seed=args.seed, repeat=args.repeat,
@@ -334,16 +349,10 @@ def run_model(args) -> int:
 def run_layers(args) -> int:
     from tuner.bench.layer_compare import compare_layers, layers_markdown
     from tuner.bench.model_bench import write_results
-    from tuner.target import usable_cores
     from workloads.errors import UsageError
 
-    threads = _ints(args.threads, "--threads")
-    if max(threads) > usable_cores():
-        raise UsageError(f"--threads {max(threads)}: this machine allows 1..{usable_cores()}")
-    if not args.model.endswith(".onnx"):
-        raise UsageError(f"bench layers compares with ONNX Runtime: give an .onnx model, not {args.model}")
-    if not os.path.isfile(args.model):
-        raise UsageError(f"no such model file: {args.model}")
+    threads = _thread_list(args)
+    _check_onnx(args.model, "bench layers")
     if args.repeat < 3 or args.top < 1:
         raise UsageError(f"--repeat must be >= 3 and --top >= 1, got {args.repeat} and {args.top}")
     if args.opt_level is not None and args.opt_level not in (0, 1, 2, 3):

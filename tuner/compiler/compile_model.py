@@ -425,7 +425,9 @@ def build(graph: Graph, *, opt_level: int | None = None, threads: int = 1, db: s
         steps.append(Step(node.name, k.label, k.kind, k.source, fn, args,
                           getattr(k.workload, "key", None),
                           getattr(k.template, "name", None),
-                          dict(k.config) if k.config is not None else None, k.note))
+                          dict(k.config) if k.config is not None else None, k.note,
+                          tuple(b.name for b in node.body.nodes if b.is_compute)
+                          if node.body is not None else (node.name,)))
 
     _place_prepared(steps, prepared)
     if threads > 1 and any(s.source not in ("numpy", "view") for s in steps):

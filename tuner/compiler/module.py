@@ -30,6 +30,7 @@ class Step:
     template: str | None = None
     config: dict | None = None
     note: str = ""                # why NumPy, why a fallback
+    values: tuple[str, ...] = ()  # the graph values the fused group computes (its body's ops)
 
     def __call__(self) -> None:
         self.fn(*self.args)

@@ -61,8 +61,9 @@ def compare(name: str, got: np.ndarray, expected: np.ndarray, rtol: float, atol:
     return OutputCheck(name, tuple(got.shape), max_abs, max_rel, ok)
 
 
-def ort_session(model_bytes: bytes, threads: int):
-    """An ONNX Runtime CPU session: ``threads`` intra-op threads, one inter-op, sequential."""
+def ort_session(model_bytes: bytes, threads: int, **options):
+    """An ONNX Runtime CPU session: ``threads`` intra-op threads, one inter-op, sequential;
+    ``options``: further ``SessionOptions`` attributes (e.g. ``enable_profiling=True``)."""
     try:
         import onnxruntime as ort
     except ImportError:
@@ -73,6 +74,8 @@ def ort_session(model_bytes: bytes, threads: int):
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.log_severity_level = 3
+    for name, value in options.items():
+        setattr(so, name, value)
     return ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
 
 
