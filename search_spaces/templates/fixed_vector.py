@@ -56,9 +56,9 @@ def pool_nhwc_vector(op: str, a: dict, xs: tuple, os: tuple, vec: int, threads: 
     image); per VEC channels one accumulator folded over the window's taps, each tap one
     contiguous load of channels and one ``vmax`` (x > acc ? x : acc, the reference's
     compare) or ``vadd``. Channels a multiple of VEC: up to ``CHANNEL_VECTORS`` accumulators
-    side by side, plain loads; otherwise one, the last, partial vector masked (``vload_n``). An average divides by
-    the window's count (``count_include_pad`` or the taps inside the image). LLVM's own
-    vectorization of the scalar loops was fragile: SqueezeNet's 111 x 111 x 64 3x3/2 max pool
+    side by side, plain loads; otherwise one, the last, partial vector masked (``vload_n``).
+    An average divides by the window's count (``count_include_pad`` or the taps inside the
+    image). LLVM's own vectorization of the scalar loops was fragile: SqueezeNet's 111 x 111 x 64 3x3/2 max pool
     took 0.06 ms, ShuffleNet's 112 x 112 x 24 padded one 0.58-0.82 ms (no ``vmaxps``)."""
     n_, h, w, c_ = xs
     oh_, ow_ = os[1], os[2]
@@ -79,29 +79,22 @@ def pool_nhwc_vector(op: str, a: dict, xs: tuple, os: tuple, vec: int, threads: 
         lines.append(f"        div = vsplat(DTYPE({window_count(a, h, w)}), VEC)")
     lines.append(f"        ob = (r * {ow_} + ow) * {c_}")
     u = next((u for u in CHANNEL_VECTORS if c_ % (u * vec) == 0), 0)
+    accs = [f"acc{i}" for i in range(max(u, 1))]
     if u:   # whole vectors: u accumulators side by side, plain loads and stores
-        accs = [f"acc{i}" for i in range(u)]
-        lines += [f"        for c0 in range(0, {c_}, {u * vec}):",
-                  *(f"            {a} = vsplat(DTYPE({fill}), VEC)" for a in accs),
-                  "            for ih in range(ha, h1):",
-                  "                for iw in range(wa, w1):",
-                  f"                    q = ((n * {h} + ih) * {w} + iw) * {c_} + c0",
-                  *(f"                    {a} = {combine}(vload(Xf, q + {i * vec}, VEC), {a})"
-                    for i, a in enumerate(accs))]
-        if not is_max:
-            lines += [f"            {a} = vdiv({a}, div)" for a in accs]
-        lines += [f"            vstore(Cf, ob + c0 + {i * vec}, {a})" for i, a in enumerate(accs)]
-        return lines
-    lines += [f"        for c0 in range(0, {c_}, VEC):",
-              f"            m = min(VEC, {c_} - c0)",
-              f"            acc = vsplat(DTYPE({fill}), VEC)",
+        mask, load = [], [f"vload(Xf, q + {i * vec}, VEC)" for i in range(u)]
+        store = [f"vstore(Cf, ob + c0 + {i * vec}, {a})" for i, a in enumerate(accs)]
+    else:   # one accumulator, the last, partial vector of channels masked
+        mask, load = [f"            m = min(VEC, {c_} - c0)"], ["vload_n(Xf, q, m, VEC)"]
+        store = ["vstore_n(Cf, ob + c0, acc0, m)"]
+    lines += [f"        for c0 in range(0, {c_}, {len(accs) * vec}):", *mask,
+              *(f"            {a} = vsplat(DTYPE({fill}), VEC)" for a in accs),
               "            for ih in range(ha, h1):",
               "                for iw in range(wa, w1):",
-              f"                    x = vload_n(Xf, ((n * {h} + ih) * {w} + iw) * {c_} + c0, m, VEC)",
-              f"                    acc = {combine}(x, acc)"]
+              f"                    q = ((n * {h} + ih) * {w} + iw) * {c_} + c0",
+              *(f"                    {a} = {combine}({x}, {a})" for a, x in zip(accs, load))]
     if not is_max:
-        lines.append("            acc = vdiv(acc, div)")
-    lines.append("            vstore_n(Cf, ob + c0, acc, m)")
+        lines += [f"            {a} = vdiv({a}, div)" for a in accs]
+    lines += [f"            {st}" for st in store]
     return lines
 
 
