@@ -358,3 +358,54 @@ def test_numpy_steps_run_blas_on_one_thread_beside_parallel_kernels(conv_block, 
         assert max(p["num_threads"] for p in threadpool_info() if p.get("user_api") == "blas") == 2
     assert seen and all(n and max(n) == (1 if threads > 1 else 2) for n in seen), seen
     np.testing.assert_allclose(out, real_execute(conv_block, x)[0], rtol=1e-4, atol=1e-6)
+
+
+def _conv_chain():
+    """x -> 1x1 conv + relu -> 3x3 conv + relu -> 3x3 conv + relu (-> output), and a 3x3
+    conv whose image has a second reader (the add): two hand-offs, one refused."""
+    from workloads.graph import GraphBuilder
+
+    b = GraphBuilder("chain")
+    rng = np.random.default_rng(0)
+    x = b.input("x", (1, 16, 10, 11))
+
+    def conv(v, cin, cout, k):
+        w = b.const(rng.standard_normal((cout, cin, k, k)).astype(np.float32) * 0.2)
+        bias = b.const(rng.standard_normal((cout, 1, 1)).astype(np.float32))
+        return b.op("relu", b.op("add", b.op("conv2d", v, w, strides=[1, 1], padding=[k // 2] * 2), bias))
+
+    y = conv(conv(conv(x, 16, 32, 1), 32, 32, 3), 32, 32, 3)
+    z = conv(y, 32, 32, 1)
+    out = b.op("add", conv(z, 32, 32, 3), z)      # z: read by the 3x3 conv and by the add
+    return b.build(out)
+
+
+def test_padded_images_are_written_in_place_by_their_producers(tmp_path):
+    """A direct conv whose image another direct conv computes for it alone gets that image
+    zero-padded from its producer (``tuner.compiler.handoff``): no ``pad_image`` copy per
+    call, the same compiled kernels, bit-identical outputs; the padded buffer's border stays
+    zero run after run, ``Step.output`` is the value itself. An image with a second reader
+    is copied as before."""
+    g = _conv_chain()
+    db = f"sqlite:///{tmp_path / 't.db'}"
+    m = tuner.build(g, threads=1, db=db)
+    copy = tuner.build(g, threads=1, db=db, handoff=False)
+    assert m.summary.handoffs == 2 and copy.summary.handoffs == 0
+    assert sum(s.out is not None for s in m.steps) == 2
+    for seed in (0, 1):
+        x = random_inputs(g, seed=seed)
+        seen = {}   # each step's value when it was computed (later steps reuse buffers)
+        ref = copy.run_steps(x, lambda s: seen.__setitem__(s.name, s.output.copy()))[0]
+        got = m.run(x)[0]
+        assert np.array_equal(got, ref)
+        np.testing.assert_allclose(got, execute(g, x)[0], rtol=1e-4, atol=1e-4)
+        for s in m.steps:
+            if s.out is None:
+                continue
+            padded = s.args[-1]
+            assert padded.ndim == 4 and padded.size > s.out.size
+            assert np.array_equal(s.output, seen[s.name])
+            border = np.ones(padded.shape, bool)
+            border[:, 1:-1, 1:-1] = False
+            assert not padded[border].any()
+    assert "handoff" not in " ".join(s.label for s in copy.steps)

@@ -370,7 +370,7 @@ def test_nhwc_window_conv_every_geometry(k, s, pad, dil, batch):
     # a pointwise conv (1 x 1, stride 1, no padding) reads pixel q's row q: no division per
     # tile; every other window takes its tile's offsets from a table filled once per M block
     window = (k, s, pad) != (1, 1, 0)
-    assert ("q0 // (OH * OW)" in src) == window
+    assert ("def pixel_rows(" in src) == window
     assert ("pixel_rows(PX, i0, (mc + MR - 1) // MR * MR" in src) == window
     assert ("o_0 = a_base + PX[ir + 0]" in src) == window
     # each tile prefetches its share of the next prepacked B block, a line per K step
@@ -521,7 +521,8 @@ def test_window_tiles_request_their_output_lines_paced_over_k():
     micro = src[start:src.index("\ndef ", start)]
     paced = paces_output("window_nhwc", d["nr"], 4)
     assert paced == (d["nr"] >= 64)
-    assert ("Cf, qo, plim" in micro and "prefetch_w(Cf, qq)" in micro) == paced
+    assert ("Cf, QX, qx, qc, qo, plim" in micro
+            and "prefetch_w(Cf, qc + QX[qx + qr] * N + qs)" in micro) == paced
     assert ("prefetch(e" in micro) == paced        # the residual's lines too
     assert ("def prefetch_tile" in src) != paced
     assert ("plim = MR * 5 if PREFETCH else 0" in src) == paced
@@ -583,3 +584,54 @@ def test_window_convs_of_stride_1_and_2_share_a_module():
     assert c1 == c2 and t.codegen(one, c1) == t.codegen(two, c2)
     assert dict(zip(t.runtime_arg_names(two, c2), t.runtime_args(two, c2)))["sh"] == 2
     assert prepared_check(one, c1) is None and prepared_check(two, c2) is None
+
+
+def _call_with(w, cfg, inputs, out, **dims):
+    """The kernel of ``cfg`` called with some runtime dimensions replaced (by name)."""
+    t = get_template("conv2d")
+    fn = load_kernel(w, t, cfg)
+    args = dict(zip(t.runtime_arg_names(w, cfg), t.runtime_args(w, cfg)))
+    assert set(dims) <= set(args), sorted(args)
+    args.update(dims)
+    fn.kernel(*inputs, out, *args.values())
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("k,residual", [(1, True), (3, False)])
+def test_direct_conv_writes_and_reads_a_padded_image_in_place(k, residual, threads):
+    """A build hands a direct conv's output to a padded consumer without a copy
+    (``tuner.compiler.handoff``): the producer stores into the interior of the consumer's
+    zero-bordered input (``core.out_rows``: OPT, OPL, OHP, OWP), the consumer skips its
+    ``pad_image`` (PREPAD). Two images (tiles crossing rows and images), a non-square image,
+    a residual operand still read at its own rows: the interior is bit-identical to the
+    plain output, the border never written; the consumer's output bit-identical too."""
+    t = get_template("conv2d")
+    prod = conv_workload(16, 9, 32, k, 1, 3, residual=residual, batch=2)
+    cfg = t.default_config(prod, threads)
+    assert t.a_source(t.plan(prod), cfg) == "window_nhwc"
+    x = prod.make_inputs()
+    (plain,) = prod.make_outputs()
+    _call_with(prod, cfg, x, plain)
+    assert prod.check(x, [plain], prod.reference(x)) is None
+    n, oh, ow, c = plain.shape
+    big = np.full((n, oh + 3, ow + 2, c), np.nan, np.float32)   # border 1 above, 2 below, 1 each side
+    _call_with(prod, cfg, x, big, opt=1, opl=1, ohp=oh + 3, owp=ow + 2)
+    assert np.array_equal(big[:, 1:1 + oh, 1:1 + ow], plain)
+    inner = np.zeros(big.shape, bool)
+    inner[:, 1:1 + oh, 1:1 + ow] = True
+    assert np.isnan(big[~inner]).all()            # the border: never written
+
+    cons = conv_workload(16, 9, 32, 3, 1, 3, residual=False, batch=2)   # 3 x 3, padding 1
+    ccfg = t.default_config(cons, threads)
+    geo = dict(zip(t.runtime_arg_names(cons, ccfg), t.runtime_args(cons, ccfg)))
+    hp, wp = geo["hp"], geo["wp"]
+    xs = cons.make_inputs()
+    (ref,) = cons.make_outputs()
+    _call_with(cons, ccfg, xs, ref)
+    assert cons.check(xs, [ref], cons.reference(xs)) is None
+    img = xs[0]
+    padded = np.zeros((img.shape[0], hp, wp, img.shape[3]), np.float32)
+    padded[:, 1:1 + img.shape[1], 1:1 + img.shape[2]] = img
+    (got,) = cons.make_outputs()
+    _call_with(cons, ccfg, [padded, *xs[1:]], got, prepad=1)
+    assert np.array_equal(got, ref)

@@ -282,16 +282,19 @@ def output_prefetch(epi: Epilogue, nr: int, itemsize: int,
     paced over the K loop")."""
     per_row, step = lines_per_row(nr, itemsize), 64 // itemsize
     full = full_operands(epi)
-    params = ["Cf", "qo", "plim", *([] if "N" in window_names(b_src) else ["N"]), *full]
-    one = ["if po < plim:   # a line of this tile's output rows",
-           f"    qq = qo + (po // {per_row}) * N + min((po % {per_row}) * {step}, NR - 1)",
-           "    prefetch_w(Cf, qq)"] + [f"    prefetch({e}, qq)" for e in full] + ["    po += 1"]
+    params = ["Cf", "QX", "qx", "qc", "qo", "plim",
+              *([] if "N" in window_names(b_src) else ["N"]), *full]
+    one = ["if po < plim:   # a line of this tile's output rows (through the row table QX)",
+           f"    qr = po // {per_row}",
+           f"    qs = min((po % {per_row}) * {step}, NR - 1)",
+           "    prefetch_w(Cf, qc + QX[qx + qr] * N + qs)"] + [
+           f"    prefetch({e}, qo + qr * N + qs)" for e in full] + ["    po += 1"]
     return params, ["po = 0   # output lines requested so far"], one
 
 
 def output_prefetch_args(params: list[str]) -> str:
     """gemm_core's arguments for ``output_prefetch``'s parameters (", a, b, ...")."""
-    bound = {"qo": "cbase + (i0 + ir) * N + j0 + jr"}
+    bound = {"qx": "ir", "qc": "cbase + j0 + jr", "qo": "cbase + (i0 + ir) * N + j0 + jr"}
     return _tail([bound.get(p, p) for p in params])
 
 
@@ -405,11 +408,18 @@ def pixel_rows_source() -> list[str]:
     return [_jit(),
             "def pixel_rows(PX, q0, cnt, M, CI, OH, OW, HP, WP, SH, SW):",
             '    """PX[r] = the padded image offset of output pixel q0 + r\'s window, r < cnt."""',
-            "    img = q0 // (OH * OW)",
+            *_pixel_walk("PX[r] = ((img * HP + oh * SH) * WP + ow * SW) * CI")]
+
+
+def _pixel_walk(entry: str) -> list[str]:
+    """The body of a per-block pixel table: ``entry`` for output pixels q0 .. q0 + cnt - 1
+    at (img, oh, ow), walked by counters (one division per block); past M the last pixel
+    again (its tile rows are computed, never stored)."""
+    return ["    img = q0 // (OH * OW)",
             "    oh = (q0 - img * (OH * OW)) // OW",
             "    ow = q0 - img * (OH * OW) - oh * OW",
             "    for r in range(cnt):",
-            "        PX[r] = ((img * HP + oh * SH) * WP + ow * SW) * CI",
+            f"        {entry}",
             "        if q0 + r + 1 < M:   # past the end: the last pixel again",
             "            ow += 1",
             "            if ow == OW:",
@@ -418,6 +428,26 @@ def pixel_rows_source() -> list[str]:
             "                if oh == OH:",
             "                    oh = 0",
             "                    img += 1"]
+
+
+def out_rows(a_src: str) -> bool:
+    """Whether the store writes row q of C at a row the block's table ``QX`` gives
+    (``out_rows_source``) instead of at row q: a direct NHWC conv, whose output may be the
+    interior of a zero-bordered image its consumer reads as its padded input."""
+    return a_src == "window_nhwc"
+
+
+def out_rows_source() -> list[str]:
+    """out_rows(QX, q0, cnt, M, OH, OW, OPT, OPL, OHP, OWP): QX[r] = the row of the output
+    array where output pixel q0 + r is stored, r < cnt. The output is NIMG images of OHP x
+    OWP pixels whose OH x OW interior starts at (OPT, OPL): with no border (0, 0, OH, OW)
+    QX[r] = q0 + r. With one, a producer writes its consumer's zero-padded input in place
+    and the consumer copies nothing (``pad_image`` skipped: ``PREPAD``); the border is
+    zeroed once by the build, never written (``tuner.compiler.handoff``)."""
+    return [_jit(),
+            "def out_rows(QX, q0, cnt, M, OH, OW, OPT, OPL, OHP, OWP):",
+            '    """QX[r] = the output row of pixel q0 + r (past M: the last pixel again)."""',
+            *_pixel_walk("QX[r] = (img * OHP + oh + OPT) * OWP + ow + OPL")]
 
 
 def _pointwise_body(mr: int, nv: int, vec: int, b_ps: str, acc, pf_step=()) -> list[str]:
@@ -538,43 +568,44 @@ def edge_source(a_src: str, b_src: str, dims: Dims) -> list[str]:
 
 
 def store_source(epi: Epilogue, single_block: bool, mr: int, nr: int, vec: int,
-                 dims: Dims) -> list[str]:
+                 dims: Dims, rows: bool = False) -> list[str]:
     """store_tile(T, Cf, cbase, ci, cj, mlen, nlen, mode, [N,] e...): mode 0 first K block
     (store), 1 middle (add), 2 last (add, epilogue), 3 only block (epilogue). When the
     epilogue has a vector form, a full MR x NR tile is stored by ``store_full`` (vector
     loads/stores, inlined; emitted first) and store_tile takes the partial tiles; without
     one, full tiles of modes 0 and 1 are vectors in store_tile, the rest scalar loops.
     ``single_block``: K is one block (mode 3 only): a literal, the other modes would double
-    the function's compile time."""
+    the function's compile time. ``rows``: row r of the tile is stored at output row
+    ``QX[qx + r]`` (``out_rows``), the epilogue's operands still read at row ci + r."""
     args = epi.args()
     n_arg = "".join(n + ", " for n in dims.pick(["N"]))
-    lines = [_jit(fastmath=True), f"def store_tile(T, Cf, cbase, ci, cj, mlen, nlen, mode, {n_arg}{args}):",
+    qx = "QX, qx, " if rows else ""
+    lines = [_jit(fastmath=True), f"def store_tile(T, Cf, cbase, ci, cj, {qx}mlen, nlen, mode, {n_arg}{args}):",
              f'    """Tile T into C (flat, row stride N) at (ci, cj); epilogue: {epi.describe()}."""']
+    # o: the flat index of row ci + r (the full operands'), oc: where that row is stored
+    where = (["    o = cbase + row * N + cj", "    oc = cbase + QX[qx + r] * N + cj"] if rows
+             else ["    o = cbase + row * N + cj"])
+    oc = "oc" if rows else "o"
 
     def loop(body_first: list[str], epilogue: bool) -> list[str]:
-        out = ["for r in range(mlen):",
-               "    row = ci + r",
-               "    o = cbase + row * N + cj",
-               "    for c in range(nlen):"]
-        inner = list(body_first)
+        out = ["for r in range(mlen):", "    row = ci + r", *where, "    for c in range(nlen):"]
+        inner = [ln.replace("Cf[o + c]", f"Cf[{oc} + c]") for ln in body_first]
         if epilogue:
             inner += epi.apply("v", "row", "cj + c", "o + c")
-        inner.append("Cf[o + c] = v")
+        inner.append(f"Cf[{oc} + c] = v")
         return out + ["        " + ln for ln in inner]
 
     def vloop(add: bool, epilogue: bool) -> list[str]:
-        out = [f"for r in range({mr}):",
-               "    row = ci + r",
-               "    o = cbase + row * N + cj"]
+        out = [f"for r in range({mr}):", "    row = ci + r", *where]
         if epilogue:
             out += ["    " + ln for ln in epi.vec_operands("row", vec)]
         for v in range(0, nr, vec):
             out.append(f"    v = vload(T, r * {nr} + {v}, {vec})")
             if add:
-                out.append(f"    v = vadd(vload(Cf, o + {v}, {vec}), v)")
+                out.append(f"    v = vadd(vload(Cf, {oc} + {v}, {vec}), v)")
             if epilogue:
                 out += ["    " + ln for ln in epi.apply_vec("v", f"cj + {v}", f"o + {v}", vec)]
-            out.append(f"    vstore(Cf, o + {v}, v)")
+            out.append(f"    vstore(Cf, {oc} + {v}, v)")
         return out
 
     body = []
@@ -609,7 +640,7 @@ def store_source(epi: Epilogue, single_block: bool, mr: int, nr: int, vec: int,
     # residual + relu): 1.40 -> 1.32 ms. Only the vector store: the scalar loops of partial
     # tiles inlined cost ~20% more compile for nothing.
     return [_jit(fastmath=True, inline=True),
-            f"def store_full(T, Cf, cbase, ci, cj, mode, {n_arg}{args}):",
+            f"def store_full(T, Cf, cbase, ci, cj, {qx}mode, {n_arg}{args}):",
             '    """store_tile of a full MR x NR tile (vectors), inlined into the block loop."""'] + [
             "    " + ln for ln in full] + ["", "", ""] + lines + ["    " + ln for ln in body]
 
@@ -644,6 +675,9 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
     alloc_t = "T = empty_aligned(MR * NR)   # one register tile"
     table = pixel_table(a_src, dims)
     alloc_px = "PX = np.empty(TILE_M + MR, np.int64)   # window offsets of a block's pixels"
+    rows = out_rows(a_src)
+    alloc_qx = "QX = np.empty(TILE_M + MR, np.int64)   # output rows of a block's pixels"
+    tables = ([alloc_px] if table else []) + ([alloc_qx] if rows else [])
     args = epi.args()
     pro_args = pro.args() if pro is not None else ""   # the prologue's operands, for pack_b
     lines = [_jit(parallel=par != "none"), f"def gemm_core(A, a_base, B, b_base, Cf, cbase, geo, {args}{pro_args}):",
@@ -651,7 +685,7 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
     grid = grid_split(c, a_src, b_src)
     body: list[str] = dims.unpack() + derived_lines("none" if grid else par)
     if level_par < 0:
-        body += [alloc_t] + ([alloc_px] if table else [])
+        body += [alloc_t] + tables
     if pack_a and level_a < level_par:
         body.append(alloc_a)
     if pack_b and level_b < level_par:
@@ -661,7 +695,7 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
             body.append(alloc_a)
         if pack_b:
             body.append(alloc_b)
-    at_parallel = [alloc_t + " (private)"] + ([alloc_px + " (private)"] if table else []) \
+    at_parallel = [alloc_t + " (private)"] + [t + " (private)" for t in tables] \
         + ([alloc_a + " (private)"] if pack_a and level_a >= level_par else []) \
         + ([alloc_b + " (private)"] if pack_b and level_b >= level_par else [])
     # a B block all threads read (packed above the parallel loop) is packed by all of them
@@ -671,7 +705,7 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
     packs = ([(level_a, "pack_a(A, a_base, i0, p0, mc, kc, Ap, geo)")] if pack_a else []) \
         + ([(level_b, pack_b_call)] if pack_b else [])
     if grid:
-        ind = _grid_block_loops(body, order, [alloc_t] + ([alloc_px] if table else []))
+        ind = _grid_block_loops(body, order, [alloc_t] + tables)
     else:
         ind = emit_block_loops(body, order, par, at_parallel, packs)
     if c["tile_k"] >= dims.values["K"]:
@@ -694,6 +728,8 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
     n_arg = "".join(n + ", " for n in dims.pick(["N"]))
     if table:
         body.append(f"{ind}pixel_rows(PX, i0, (mc + MR - 1) // MR * MR, M, CI, OH, OW, HP, WP, SH, SW)")
+    if rows:
+        body.append(f"{ind}out_rows(QX, i0, (mc + MR - 1) // MR * MR, M, OH, OW, OPT, OPL, OHP, OWP)")
     body += [f"{ind}for jr in range(0, nc, NR):",
              f"{ind}    nlen = min(NR, nc - jr)",
              f"{ind}    for ir in range(0, mc, MR):",
@@ -709,8 +745,10 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
     if paces_output(a_src, c["nr"], itemsize):   # the micro-kernel requests its output lines
         body.insert(len(dims.unpack()), f"plim = MR * {lines_per_row(c['nr'], itemsize)} if PREFETCH else 0")
     else:
+        tile = (f"QX, ir, cbase + j0 + jr, cbase + (i0 + ir) * N + j0 + jr" if rows
+                else "cbase + (i0 + ir) * N + j0 + jr")
         body[i + 1:i + 1] = [f"{ind}        if PREFETCH:",
-                             f"{ind}            prefetch_tile(Cf, cbase + (i0 + ir) * N + j0 + jr, {n_arg}{args})"]
+                             f"{ind}            prefetch_tile(Cf, {tile}, {n_arg}{args})"]
     if prefetches_next_b(a_src, b_src):
         # the B block that follows this one in memory (the next K block of this panel, or
         # the next panel's first), a share per tile of this M block, requested into L2 a
@@ -719,7 +757,7 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
         # tile alone
         nxt = "b_base + ((j0 + jr) // NR) * (K * NR) + (p0 + kc) * NR"
         body[i + 1:i + 1] = [f"{ind}        pf, pf_hi = next_b_share(B, {nxt}, kc * NR, ir // MR, (mc + MR - 1) // MR)"]
-    at, rest = "T, Cf, cbase, i0 + ir, j0 + jr", f"mode, {n_arg}{args}"
+    at, rest = "T, Cf, cbase, i0 + ir, j0 + jr" + (", QX, ir" if rows else ""), f"mode, {n_arg}{args}"
     if epi.vectorizable():   # ``store_source``: full tiles through the inlined vector store
         body += [f"{ind}        if mlen == MR and nlen == NR:",
                  f"{ind}            store_full({at}, {rest})",
@@ -757,19 +795,22 @@ def next_b_share_source() -> list[str]:
             "    return lo, min(lo + per, start + length, B.size)"]
 
 
-def prefetch_source(epi: Epilogue, nr: int, itemsize: int, dims: Dims) -> list[str]:
+def prefetch_source(epi: Epilogue, nr: int, itemsize: int, dims: Dims,
+                    rows: bool = False) -> list[str]:
     """prefetch_tile(Cf, o, e...): ask for the cache lines of the output tile at flat index o
     (to be written) and of the epilogue's full operands there (to be read) before the tile's
-    K loop, whose FMAs hide the misses (the hardware prefetchers do not follow MR rows)."""
+    K loop, whose FMAs hide the misses (the hardware prefetchers do not follow MR rows).
+    ``rows``: prefetch_tile(Cf, QX, qx, oc, o, e...), output row r at ``oc + QX[qx + r] * N``
+    (``out_rows``), the operands' at ``o + r * N``."""
     offs = row_line_columns(nr, itemsize)
     full = full_operands(epi)
     n_arg = "".join(n + ", " for n in dims.pick(["N"]))
-    lines = [_jit(), f"def prefetch_tile(Cf, o, {n_arg}{epi.args()}):",
+    lines = [_jit(), f"def prefetch_tile(Cf, {'QX, qx, oc, ' if rows else ''}o, {n_arg}{epi.args()}):",
              '    """Cache lines of one output tile (and of full epilogue operands) requested early."""'] + [
              "    for r in range(MR):",
-             "        q = o + r * N"]
-    for arr, fn in [("Cf", "prefetch_w")] + [(e, "prefetch") for e in full]:
-        lines += [f"        {fn}({arr}, q + {off})" for off in offs]
+             "        q = o + r * N"] + (["        qc = oc + QX[qx + r] * N"] if rows else [])
+    for arr, fn, at in [("Cf", "prefetch_w", "qc" if rows else "q")] + [(e, "prefetch", "q") for e in full]:
+        lines += [f"        {fn}({arr}, {at} + {off})" for off in offs]
     return lines
 
 
@@ -792,6 +833,7 @@ def module_parts(dims: Dims, dtype: str, c: dict, a_src: str, b_src: str,
         parts.append(window_micro_source(c["mr"], c["nr"], c["vec"], b_src, dims, epi, itemsize))
         if pixel_table(a_src, dims):
             parts.append(pixel_rows_source())
+        parts.append(out_rows_source())
         parts.append(pad_source(dims, c["parallel"] != "none"))
     else:
         parts.append(micro_source(c["mr"], c["nr"], c["vec"], a_src, b_src, dims=dims))
@@ -801,13 +843,14 @@ def module_parts(dims: Dims, dtype: str, c: dict, a_src: str, b_src: str,
                                   c["nr"], dims, chains=narrow_chains(c["mr"])))
     if edge_condition(c, a_src, b_src, dims):
         parts.append(edge_source(a_src, b_src, dims))
-    parts.append(store_source(epi, c["tile_k"] >= dims.values["K"], c["mr"], c["nr"], c["vec"], dims))
+    parts.append(store_source(epi, c["tile_k"] >= dims.values["K"], c["mr"], c["nr"], c["vec"], dims,
+                              out_rows(a_src)))
     # Measured (ResNet-50, 1 thread, in the model): prefetching pays where the output is
     # larger than L2 can keep (K=64 residual 1x1 convs 1.6 -> 1.35 ms, the stem 3.3 -> 2.9 ms)
     # and costs ~3% on small outputs (N=49 layers), which stay in cache anyway: PREFETCH
     # (``gemm_dims``) says which.
     if not paces_output(a_src, c["nr"], itemsize):   # else the micro-kernel requests them
-        parts.append(prefetch_source(epi, c["nr"], itemsize, dims))
+        parts.append(prefetch_source(epi, c["nr"], itemsize, dims, out_rows(a_src)))
     if prefetches_next_b(a_src, b_src):
         parts.append(next_b_share_source())
     parts.append(core_source(c, a_src, b_src, epi, dims, narrow, pro, itemsize))

@@ -44,6 +44,9 @@ ONE_K_PANEL_BYTES = 1536 * 64 * 4
 # Rows of padding (a share of M) from which an NHWC default on a 32-register ISA takes
 # 7-row tiles instead, where those pad less (``_nhwc_default``: M = 49 pads 10% at 6 rows)
 ROW_PADDING = 0.05
+# The runtime dimensions placing a direct conv's output inside a larger zero-bordered array
+# (``core.out_rows``): interior offset (rows, columns), and the array's rows and columns.
+HANDOFF_DIMS = ("OPT", "OPL", "OHP", "OWP")
 
 
 def pad_rows(M: int, mr: int) -> float:
@@ -61,7 +64,9 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
     # 8: parallel 'm' and 'n' with neither operand packed per call are one grid module
     #    whose blocks are arguments (``core.grid_split``)
     # 9: 64-column window tiles request their output lines paced over K (``core.paces_output``)
-    version = 9
+    # 10: direct NHWC convs store through a table of output rows (``core.out_rows``) and
+    #     take their image already padded (PREPAD): a producer writes its consumer's input
+    version = 10
     workload_kind = "conv2d"
     entry = "kernel"
     # Cache blocks are arguments (with the shape and geometry: ``dims``); configs differing in
@@ -344,6 +349,12 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
         if a_src == "window_nhwc":
             hp, wp = self.padded(g)
             values.update({"NIMG": g["N"], "HP": hp, "WP": wp})
+            # where the output's interior sits (``core.out_rows``): none by default; a build
+            # sets them where this conv writes its consumer's padded input
+            # (``tuner.compiler.handoff``), and PREPAD where this conv's image comes padded
+            values.update(dict(zip(HANDOFF_DIMS, (0, 0, g["OH"], g["OW"]))))
+            if (hp, wp) != (g["H"], g["W"]):
+                values["PREPAD"] = 0
             return core.Dims(values, [d for d in self.literal_dims if d not in self.window_runtime_dims])
         return core.Dims(values, self.literal_dims)
 
@@ -412,7 +423,10 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
         body += [f"X = p{x_idx}.reshape(-1)", ("Wt = BP" if prepacked else f"Wt = p{w_idx}.reshape(-1)"),
                  "Cf = out.reshape(-1)"]
         if a_src == "window_nhwc" and self.padded(g) != (g["H"], g["W"]):
-            body += ["Xp = pad_image(X, geo)   # every window in bounds",
+            body += ["if PREPAD:   # the image's producer wrote it zero-padded (HP x WP)",
+                     "    Xp = X",
+                     "else:",
+                     "    Xp = pad_image(X, geo)   # every window in bounds",
                      f"gemm_core(Xp, 0, Wt, 0, Cf, 0, geo, {epi.args()})"]
         elif pl["layout"] == "NHWC":
             body.append(f"gemm_core(X, 0, Wt, 0, Cf, 0, geo, {epi.args()})")

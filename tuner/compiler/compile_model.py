@@ -36,6 +36,8 @@ import numpy as np
 
 from tuner import settings
 from tuner.compiler.arena import place
+from tuner.compiler.handoff import find_handoffs, runtime_overrides
+from tuner.compiler.handoff import runtime_args as handoff_args
 from tuner.compiler.module import Module, Step, Summary
 from tuner.compiler.planner import plan_memory
 from workloads.errors import NoRecordError, TunerError, UsageError
@@ -170,7 +172,7 @@ def mark_prepared_only(g: Graph, kernels: dict) -> None:
         k.prepared_only = _prepared_only(k, consts)
 
 
-def _bind_prepared(k: _Kernel, fn, args: tuple, prepared: list):
+def _bind_prepared(k: _Kernel, fn, args: tuple, prepared: list, runtime: tuple):
     """(fn, args) of a kernel step: for a ``prepared_only`` kernel ``prepare`` runs once here
     and the step calls ``kernel_prepared`` on its result (appended to ``prepared``);
     otherwise (no prepared operands, or a weight given as a graph input) the entry, which
@@ -181,8 +183,7 @@ def _bind_prepared(k: _Kernel, fn, args: tuple, prepared: list):
     from tuner.measure.kernel_key import import_kernel_module
 
     pk = prepare_kernel(import_kernel_module(k.path),
-                        prepared_inputs(k.template, k.workload, k.config), args[:-1],
-                        k.template.runtime_args(k.workload, k.config))
+                        prepared_inputs(k.template, k.workload, k.config), args[:-1], runtime)
     prepared.extend(pk.prepared)
     return pk.fn, pk.args(args[:-1], args[-1:])
 
@@ -322,7 +323,8 @@ def classify_groups(g: Graph, inplace_concat: bool = True):
 def build(graph: Graph, *, opt_level: int | None = None, threads: int = 1, db: str | None = None,
           store=None, strict: bool = False, tuned: bool = True, jobs: int | None = None,
           layout: str = "NHWC", name: str | None = None, warmup: bool = True,
-          inplace_concat: bool = True, int8=False, prologue: bool = True) -> Module:
+          inplace_concat: bool = True, int8=False, prologue: bool = True,
+          handoff: bool = True) -> Module:
     """An executable module for ``graph`` (see the module docstring).
 
     ``opt_level``: the pass pipeline (0: no graph optimisation, one op per kernel; 2: NCHW;
@@ -331,11 +333,13 @@ def build(graph: Graph, *, opt_level: int | None = None, threads: int = 1, db: s
     ``db``/``store``: the records. ``strict``: a missing record is ``NoRecordError``.
     ``tuned=False``: template defaults everywhere. ``jobs``: compile processes (default:
     usable cores). ``inplace_concat=False`` copies every concatenation and ``prologue=False``
-    keeps conv prologues out of their convs' groups (both for comparisons).
+    keeps conv prologues out of their convs' groups and ``handoff=False`` has every padded
+    direct conv copy its image (``tuner.compiler.handoff``) (all three for comparisons).
     ``int8``: True or a ``tuner.quant.flow.Int8Options``: calibrate, quantize (uint8
     activations, int8 weights) and build the quantized graph; ``module.summary.quant`` holds
     the coverage and ``module.quantized`` the quantization run (its graph is the reference).
     """
+    from search_spaces.template import bind_runtime_args
     from tuner.dispatch import load_kernel, open_store
     from tuner.target import usable_cores
 
@@ -368,14 +372,29 @@ def build(graph: Graph, *, opt_level: int | None = None, threads: int = 1, db: s
             k.source, k.note = "numpy", f"compile failed ({r.get('status')}): " \
                                         f"{_one_line(Exception(r.get('error', '')))}"
 
-    # Memory plan over the values the steps write.
+    fns = {}   # group -> its compiled kernel (runtime arguments bound), loaded here
+    for group, k in kernels.items():
+        if k.source != "numpy":
+            try:
+                fns[group] = load_kernel(k.workload, k.template, k.config)
+            except Exception as exc:  # noqa: BLE001 - visible NumPy fallback
+                k.source, k.note = "numpy", f"load failed: {_one_line(exc)}"
+
+    # Memory plan over the values the steps write; a padded hand-off's value has a buffer
+    # of its own (its border stays zero).
     types = {n.name: n.type for n in g.nodes}
     order = [(n.name, tuple(n.inputs)) for n in groups]
     alias = {n.name: n.inputs[0] for n in groups if kinds[n.name] == "view"}
     alias.update({v: c for v, (c, _) in slots.items()})
+    handoffs = find_handoffs(groups, kernels, kinds, alias, set(g.outputs)) if handoff else {}
+    overrides = runtime_overrides(handoffs)
     planned = [n.name for n in groups if n.name not in alias]
     plan = plan_memory(order, {v: types[v].nbytes for v in planned},
-                       {v: types[v].dtype for v in planned}, set(g.outputs), alias)
+                       {v: types[v].dtype for v in planned}, set(g.outputs), alias, own=set(handoffs))
+    for v, h in handoffs.items():
+        plan.assign[v] = len(plan.sizes)
+        plan.sizes.append(int(np.prod(h.shape)) * np.dtype(types[v].dtype).itemsize)
+        plan.dtypes.append(types[v].dtype)
     buffers = plan.allocate()
     arrays: dict[str, np.ndarray] = {}
     inputs: list[tuple[str, np.ndarray]] = []
@@ -396,6 +415,10 @@ def build(graph: Graph, *, opt_level: int | None = None, threads: int = 1, db: s
                 a = array_of(cat).reshape(-1)[off: off + t.size].reshape(t.shape)
             elif v in alias:
                 a = array_of(alias[v]).reshape(t.shape)
+            elif v in handoffs:   # the padded image; the border stays zero
+                h = handoffs[v]
+                a = buffers[plan.assign[v]][: int(np.prod(h.shape))].reshape(h.shape)
+                a.fill(0)
             else:
                 a = buffers[plan.assign[v]][: t.size].reshape(t.shape)
                 a.fill(0)
@@ -412,22 +435,23 @@ def build(graph: Graph, *, opt_level: int | None = None, threads: int = 1, db: s
             continue
         k = kernels[node.name]
         args = tuple(array_of(i) for i in node.inputs) + (array_of(node.name),)
-        fn = None
-        if k.source != "numpy":
-            try:
-                fn = load_kernel(k.workload, k.template, k.config)
-            except Exception as exc:  # noqa: BLE001 - visible NumPy fallback
-                k.source, k.note = "numpy", f"load failed: {_one_line(exc)}"
-        if fn is None:
+        fn = fns.get(node.name)
+        if fn is None or k.source == "numpy":
             fn = _numpy_step(node)
         else:
-            fn, args = _bind_prepared(k, fn, args, prepared)
+            if node.name in overrides:   # a padded hand-off's placement
+                runtime = handoff_args(k, overrides[node.name])
+                fn = bind_runtime_args(fn.kernel, runtime)
+            else:
+                runtime = k.template.runtime_args(k.workload, k.config)
+            fn, args = _bind_prepared(k, fn, args, prepared, runtime)
         steps.append(Step(node.name, k.label, k.kind, k.source, fn, args,
                           getattr(k.workload, "key", None),
                           getattr(k.template, "name", None),
                           dict(k.config) if k.config is not None else None, k.note,
                           tuple(b.name for b in node.body.nodes if b.is_compute)
-                          if node.body is not None else (node.name,)))
+                          if node.body is not None else (node.name,),
+                          handoffs[node.name].view(array_of(node.name)) if node.name in handoffs else None))
 
     _place_prepared(steps, prepared)
     if threads > 1 and any(s.source not in ("numpy", "view") for s in steps):
@@ -444,7 +468,7 @@ def build(graph: Graph, *, opt_level: int | None = None, threads: int = 1, db: s
     array_code = sum(1 for s in steps if s.source != "numpy" and s.source != "view"
                      and (s.config or {}).get("formulation") == "numpy")
     summary = Summary(name, counts, len(views), plan.total_bytes, plan.naive_bytes, threads,
-                      opt_level, 0.0, array_code=array_code)
+                      opt_level, 0.0, array_code=array_code, handoffs=len(handoffs))
     if qrun is not None:
         summary.quant = quant_summary(qrun, steps, groups)
     module = Module(name, inputs, steps, outputs, summary, threads)

@@ -31,6 +31,13 @@ class Step:
     config: dict | None = None
     note: str = ""                # why NumPy, why a fallback
     values: tuple[str, ...] = ()  # the graph values the fused group computes (its body's ops)
+    out: Any = None               # the value, where args[-1] is a larger array holding it
+                                  # (a padded hand-off: ``tuner.compiler.handoff``)
+
+    @property
+    def output(self) -> Any:
+        """The array of the value this step computes."""
+        return self.out if self.out is not None else self.args[-1]
 
     def __call__(self) -> None:
         self.fn(*self.args)
@@ -48,6 +55,7 @@ class Summary:
     build_seconds: float
     compile_seconds: float = 0.0
     array_code: int = 0   # generated kernels whose config is NumPy array code (not loops)
+    handoffs: int = 0     # padded images written in place by their producers
     quant: dict | None = None      # int8 builds: coverage (``compile_model.quant_summary``)
 
     @property
@@ -195,7 +203,7 @@ class Module:
 
     def run_steps(self, inputs, after: Callable[[Step], None]) -> list[np.ndarray]:
         """``run``, calling ``after(step)`` once each step has written its output (views
-        included; the output is ``step.args[-1]`` for kernels). For step-by-step checks."""
+        included; the output is ``step.output`` for kernels). For step-by-step checks."""
         self._bind(inputs)
         self._set_threads()
         for s in self.steps:
@@ -256,6 +264,8 @@ class Module:
         for s in self.steps:
             cfg = json.dumps(s.config, sort_keys=True, separators=(",", ":")) if s.config else ""
             note = s.note.rsplit("; ", 1)[-1] if s.source == "fallback" else s.note
-            what = "; ".join(x for x in (note, cfg if s.source != "numpy" else "") if x)
+            pad = (f"writes its consumer's padded image {list(s.args[-1].shape)} in place"
+                   if s.out is not None else "")
+            what = "; ".join(x for x in (note, pad, cfg if s.source != "numpy" else "") if x)
             rows.append(f"  {s.source:<8} {s.kind:<9} %{s.name:<24} {s.label:<32} {what}".rstrip())
         return "\n".join(rows)

@@ -35,13 +35,15 @@ class Plan:
 
 
 def plan_memory(steps: list[tuple[str, tuple[str, ...]]], nbytes: dict[str, int],
-                dtypes: dict[str, str], keep: set[str], alias: dict[str, str] | None = None) -> Plan:
+                dtypes: dict[str, str], keep: set[str], alias: dict[str, str] | None = None,
+                own: set[str] = frozenset()) -> Plan:
     """Plan buffers for the values written by ``steps`` [(output, inputs)], in order.
 
     ``nbytes``/``dtypes`` describe every planned value; inputs that are not planned (graph
     inputs, constants) are ignored. ``keep``: values live to the end (graph outputs).
     ``alias``: view value -> the value whose buffer it looks into (no buffer of its own); the
     view may be written before that value's own step (the inputs of an in-place concat).
+    ``own``: values the caller gives buffers of their own (not planned, not shared).
     """
     alias = alias or {}
 
@@ -50,7 +52,7 @@ def plan_memory(steps: list[tuple[str, tuple[str, ...]]], nbytes: dict[str, int]
             v = alias[v]
         return v
 
-    planned = {out for out, _ in steps if out not in alias}
+    planned = {out for out, _ in steps if out not in alias and out not in own}
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     for i, (out, ins) in enumerate(steps):

@@ -1,0 +1,119 @@
+"""Padded hand-offs: a direct conv writes its padded consumer's input in place.
+
+A direct NHWC convolution (``window_nhwc``) with padding reads a zero-bordered copy of its
+image, made per call by its ``pad_image``: ResNet-50 copies 7.5 MB per run that way (~0.7 ms
+of 77 ms at 1 thread, most of what its 3 x 3 layers lose to ONNX Runtime's; docs/models.md,
+"Where ResNet-50's last percent sits"). Where the image is computed by another direct conv
+and read by nothing else, the build gives that value a buffer of the *padded* shape, zeroed
+once and shared with no other value, and
+
+- the producer stores its output pixels into the buffer's interior (its runtime dimensions
+  ``OPT, OPL, OHP, OWP``: ``search_spaces.gemm_engine.core.out_rows``),
+- the consumer reads the buffer as its padded image and copies nothing (``PREPAD = 1``).
+
+Both kernels are the same compiled modules as without the hand-off (the placement is runtime
+arguments), and the results are bit-identical. ``Step.out`` is the value's interior (what
+the graph computes), for step-by-step checks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from search_spaces.templates.conv2d import HANDOFF_DIMS, Conv2dTemplate
+
+
+@dataclass
+class Handoff:
+    """Value ``value``, written by group ``producer`` into the interior of a padded buffer
+    that group ``consumer`` reads as its zero-padded image."""
+
+    value: str
+    producer: str
+    consumer: str
+    shape: tuple[int, ...]        # the padded buffer: (N, HP, WP, C)
+    top: int                      # interior offset: rows
+    left: int                     # and columns
+    interior: tuple[int, ...] = field(default=())   # (N, H, W, C)
+
+    def producer_dims(self) -> dict[str, int]:
+        _, hp, wp, _ = self.shape
+        return dict(zip((d.lower() for d in HANDOFF_DIMS), (self.top, self.left, hp, wp)))
+
+    def view(self, padded: np.ndarray) -> np.ndarray:
+        """The value inside its padded buffer."""
+        n, h, w, c = self.interior
+        return padded[:, self.top:self.top + h, self.left:self.left + w, :]
+
+
+def _direct(k) -> bool:
+    """A generated conv2d kernel reading its image through windows (``window_nhwc``)."""
+    if k is None or k.source == "numpy" or k.template is None or k.template.name != "conv2d":
+        return False
+    t = k.template
+    return t.a_source(t.plan(k.workload), dict(k.config)) == "window_nhwc"
+
+
+def find_handoffs(groups, kernels: dict, kinds: dict, alias: dict, outputs) -> dict[str, Handoff]:
+    """The values a producer can write into its consumer's padded image (see the module
+    docstring): both direct convs, the value read by that consumer alone (not a graph output,
+    no view or in-place concat into it), same shape, and a producer epilogue whose operands
+    are not broadcast to the output's shape (``general``: sized by the output array)."""
+    readers: dict[str, list[str]] = {}
+    for n in groups:
+        for v in set(n.inputs):
+            readers.setdefault(v, []).append(n.name)
+    viewed = set(alias.values())
+    out: dict[str, Handoff] = {}
+    for node in groups:
+        k = kernels.get(node.name)
+        if not _direct(k):
+            continue
+        w, t = k.workload, k.template
+        names = t.runtime_arg_names(w, k.config)
+        if "prepad" not in names:        # a conv without padding reads its image in place
+            continue
+        x_idx = w.p["anchor_inputs"][0]
+        v = node.inputs[x_idx]
+        param = node.body.inputs[x_idx].name
+        if len(node.body.users.get(param, ())) != 1:   # also an epilogue operand
+            continue
+        p = kernels.get(v)
+        if (kinds.get(v) != "kernel" or not _direct(p) or v in outputs or v in viewed
+                or v in alias or readers.get(v) != [node.name] or node.inputs.count(v) != 1):
+            continue
+        pw = p.workload
+        pl = p.template.plan(pw)
+        if "general" in p.template.epilogue(pw, pl).operands.values():
+            continue
+        if not set(d.lower() for d in HANDOFF_DIMS) <= set(p.template.runtime_arg_names(pw, p.config)):
+            continue
+        g = w.geometry
+        pg = pw.geometry
+        shape = (g["N"], g["H"], g["W"], g["C"])
+        if (pg["N"], pg["OH"], pg["OW"], pg["O"]) != shape or pw.dtype != w.dtype:
+            continue
+        hp, wp = Conv2dTemplate.padded(g)
+        out[v] = Handoff(v, v, node.name, (g["N"], hp, wp, g["C"]), g["PT"], g["PL"], shape)
+    return out
+
+
+def runtime_overrides(handoffs: dict[str, Handoff]) -> dict[str, dict[str, int]]:
+    """Group -> the runtime dimensions its kernel takes other than its workload's defaults."""
+    over: dict[str, dict[str, int]] = {}
+    for h in handoffs.values():
+        over.setdefault(h.producer, {}).update(h.producer_dims())
+        over.setdefault(h.consumer, {})["prepad"] = 1
+    return over
+
+
+def runtime_args(k, overrides: dict[str, int] | None) -> tuple:
+    """Kernel ``k``'s runtime arguments with ``overrides`` (by name) applied."""
+    names = k.template.runtime_arg_names(k.workload, k.config)
+    args = dict(zip(names, k.template.runtime_args(k.workload, k.config)))
+    unknown = set(overrides or {}) - set(args)
+    if unknown:
+        raise AssertionError(f"{k.node.name}: no runtime dimension(s) {sorted(unknown)}")
+    args.update(overrides or {})
+    return tuple(args.values())
