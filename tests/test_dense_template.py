@@ -66,3 +66,19 @@ def test_full_tiles_store_through_the_inlined_vector_store():
         assert 'inline="always")\ndef store_full(' in src
         assert "if mlen == MR and nlen == NR:\n" in src and "store_full(T, Cf" in src
         assert check(w, cfg) is None
+
+
+import pytest   # noqa: E402
+
+
+@pytest.mark.parametrize("M,K,N,threads", [(1, 2048, 1000, 1), (1, 300, 23, 2), (2, 100, 9, 1)])
+def test_dot_requests_the_next_weight_rows(M, K, N, threads):
+    """The dot formulation (batch-1 dense layers: a stream over the weight) requests the next
+    four weight rows into L2 while it reads the current four (fewer than eight rows left:
+    none); exact at every row count, 1 and 2 threads."""
+    t = get_template("dense")
+    w = dense_workload(M, K, N)
+    d = t.default_config(w, threads)
+    assert d["formulation"] == "dot"
+    assert "prefetch_l2(Wt, nxt + 3 * K + k" in t.codegen(w, d)
+    assert check(w, d) is None

@@ -7,7 +7,11 @@ Formulations (knob ``formulation``):
   rows at a time sharing each vector of x (explicit LLVM vectors, FMA accumulators, one
   horizontal sum per output), ``block_n`` weight rows per block so a block of W stays in
   cache across the rows of x. Batch-1 inference layers (M = 1) are memory-bound
-  matrix-vector products: reading W once, in long streams, is all there is to it.
+  matrix-vector products: reading W once, in long streams, is all there is to it. While
+  four rows are read, the next four are requested into L2 at the same columns (a line per
+  64 bytes read): the four hardware streams alone left a core's memory bandwidth unused
+  (N 1000, K 2048, 8 MB, AMD Zen 4, standalone: 0.353 -> 0.261 ms, 23 -> 31 GB/s; prefetching
+  the current rows 1-4 KB ahead instead: 0.41-0.45 ms).
 - ``gemm``: the register-tiled LLVM-vector core of ``search_spaces.gemm_engine.core`` (x is A, read
   in place or packed; W^T is B, packed from W's rows (``pack_t``) for dense, read in place or
   packed for matmul), for larger M.
@@ -36,7 +40,9 @@ DOT_ROWS = 4
 
 class DenseTemplate(core.ShapeGenericTemplate):
     name = "dense"
-    version = 7   # 5: the GEMM core of conv2d v4; 6: of conv2d v6; 7: of conv2d v8 (grid split)
+    # 5: the GEMM core of conv2d v4; 6: of conv2d v6; 7: of conv2d v8 (grid split);
+    # 8: dot requests the next weight rows into L2 while it reads the current ones
+    version = 8
     workload_kind = "dense"
     entry = "kernel"
     # blocks are arguments (with the shape: ``dims``), not part of the source
@@ -142,10 +148,19 @@ class DenseTemplate(core.ShapeGenericTemplate):
             ]
             acc = [f"a{r}" for r in range(DOT_ROWS)]
             acc2 = [f"b{r}" for r in range(DOT_ROWS)]
+            # the next ROWS weight rows requested into L2 at the step's columns: one line
+            # per 64 bytes the step reads of a row (``next_rows_prefetch``)
+            item = 8 if w.dtype == "float64" else 4
+            lines = max(1, 2 * vec * item // 64)
+            pf = [f"                        prefetch_l2(Wt, nxt + {r} * K + k{f' + {q * 64 // item}' if q else ''})"
+                  for r in range(DOT_ROWS) for q in range(lines)]
             body += ["            " + " = ".join(acc + acc2) + " = vsplat(ZERO, VEC)",
                      "            if r == ROWS:",
                      "                k = 0",
+                     "                nxt = (j + ROWS) * K   # the next rows, streamed into L2 meanwhile",
+                     "                ahead = j + 2 * ROWS <= N",
                      "                while k + 2 * VEC <= KV:   # two vectors per row: 8 FMA chains",
+                     "                    if ahead:"] + pf + [
                      "                    xv = vload(X, xo + k, VEC)",
                      "                    xw = vload(X, xo + k + VEC, VEC)"]
             body += [f"                    a{r} = vfma(xv, vload(Wt, (j + {r}) * K + k, VEC), a{r})"
@@ -179,7 +194,7 @@ class DenseTemplate(core.ShapeGenericTemplate):
                     f"def {signature}:", '    """Every element of out is written."""']
             kern += ["    " + ln for ln in body]
             parts = [head + ["import numba", "import numpy as np", "from numba import prange",
-                             "from search_spaces.runtime.simd import vadd, vfma, vload, vsplat, vstore"],
+                             "from search_spaces.runtime.simd import prefetch_l2, vadd, vfma, vload, vsplat, vstore"],
                      consts, kern]
             return "\n\n\n".join("\n".join(p) for p in parts) + "\n"
         parts = [head + core.IMPORTS] + core.module_parts(dims, w.dtype, c, a_src, b_src, epi)
