@@ -144,7 +144,8 @@ PARALLEL_MIN_ELEMENTS = 1 << 15
 
 class InjectiveTemplate(Template):
     name = "injective"
-    version = 5   # 5: transposes copied in cache-line tiles (injective_gather.transpose_tile)
+    version = 6   # 6: loop nests read rows (1-D slices from 0: the inner loop vectorises)
+    #             5: transposes copied in cache-line tiles (injective_gather.transpose_tile)
     #             4: gather over rows of a repeating pattern (NHWC channel concatenations),
     #                  contiguous runs of plain copies as vectors
     workload_kind = "injective"
@@ -239,11 +240,12 @@ class InjectiveTemplate(Template):
         idx = [f"i{d}" for d in range(rank)]
         ext = [f"S{d}" for d in range(rank)]
 
-        def index_of(t_shape) -> str:
-            """Flat index of a parameter of shape ``t_shape`` (broadcast dims: stride 0)."""
+        def index_of(t_shape, dims=None) -> str:
+            """Flat index of a parameter of shape ``t_shape`` (broadcast dims: stride 0),
+            over ``dims`` (default: all)."""
             t_shape = (1,) * (rank - len(t_shape)) + tuple(t_shape)
             terms = []
-            for d in range(rank):
+            for d in range(rank) if dims is None else dims:
                 if t_shape[d] == 1:
                     continue
                 stride = " * ".join(ext[e] for e in range(d + 1, rank) if t_shape[e] != 1)
@@ -263,24 +265,54 @@ class InjectiveTemplate(Template):
                       f"    {idx[0]} = f01 // {ext[1]}",
                       f"    {idx[1]} = f01 - {idx[0]} * {ext[1]}"]
             ind, first = "    ", 2
-        for d in range(first, rank):
+        # The innermost loop reads rows: each operand's row (or, broadcast along the last
+        # dimension, its one value) is taken before it, so the loop indexes 1-D slices from
+        # 0 and vectorises. Indexed by the flat expression instead, Numba could not prove
+        # the index non-negative and guarded every access: DenseNet-121's batch-norm + relu
+        # groups (56 x 56 x 224, NHWC) ran 0.678 ms against 0.118 ms (AMD Zen 4, 1 thread).
+        rows = first < rank and not (par and rank == 1)   # a parallel 1-D loop stays one
+        for d in range(first, rank - 1 if rows else rank):
             rng = f"prange({ext[d]})" if d == 0 and par else f"range({ext[d]})"
             lines.append(f"{ind}for {idx[d]} in {rng}:")
             ind += "    "
+        before: list[str] = []
+        last = idx[rank - 1]
+
+        def ref(arr: str, t_shape, tag: str) -> str:
+            """``arr``'s element for the current output element (see ``rows``)."""
+            if not rows:
+                return f"{arr}[{index_of(t_shape)}]"
+            base = index_of(t_shape, range(rank - 1))
+            t_full = (1,) * (rank - len(t_shape)) + tuple(t_shape)
+            if t_full[-1] == 1:   # constant along the row
+                before.append(f"{ind}v{tag} = {arr}[{base}]")
+                return f"v{tag}"
+            before.append(f"{ind}r{tag} = {arr}[{base}:{base} + {ext[-1]}]" if base != "0"
+                          else f"{ind}r{tag} = {arr}[:{ext[-1]}]")
+            return f"r{tag}[{last}]"
+
         names: dict[str, str] = {}
         for k, p in enumerate(body.inputs):
-            names[p.name] = f"e{k}[{index_of(p.type.shape)}]"
+            names[p.name] = ref(f"e{k}", p.type.shape, str(k))
+        channels = {}   # a bias_add's bias, read along its channel axis
         for k, n in enumerate(ops):
-            args = [names[i] for i in n.inputs]
             if n.op == "bias_add":
                 ch = effective_shape({"op": "bias_add", "attrs": dict(n.attrs)}, 1,
                                      list(body.type_of(n.inputs[1]).shape), rank)
-                args[1] = f"e{params[n.inputs[1]]}[{index_of(ch)}]"
+                channels[k] = ref(f"e{params[n.inputs[1]]}", ch, f"b{k}")
+        out_ref = ref("Cf", shape, "o")
+        if rows:
+            lines += before + [f"{ind}for {last} in range({ext[-1]}):"]
+            ind += "    "
+        for k, n in enumerate(ops):
+            args = [names[i] for i in n.inputs]
+            if n.op == "bias_add":
+                args[1] = channels[k]
             expr = quant_scalar_op(n, args) if n.op in QUANT_OPS else \
                 scalar_op(n.op, dict(n.attrs), args, w.dtype)
             lines.append(f"{ind}t{k} = {expr}   # {n.op}")
             names[n.name] = f"t{k}"
-        lines.append(f"{ind}Cf[{index_of(shape)}] = {names[body.outputs[0]]}")
+        lines.append(f"{ind}{out_ref} = {names[body.outputs[0]]}")
         fast = "False" if any(n.op in QUANT_OPS for n in ops) else "True"   # exact quantize
         jit = f"@numba.njit(cache=True, fastmath={fast}" + (", parallel=True)" if par else ")")
         doc = '    """One loop nest over the output; parameters read through broadcast strides."""'
