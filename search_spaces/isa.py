@@ -59,6 +59,11 @@ A_IN_PLACE_CPUS = frozenset({"znver4", "znver5"})
 # default's 6 rows unless a CPU measured better with others (``templates/gemm_int8.py``,
 # docs/int8-gemm.md): Zen 5 4 x 64; Zen 4 6 x 64.
 INT8_IN_PLACE_ROWS = {"znver5": 4}
+# Direct convs with K above one block (K > 1536) run K in blocks of this many steps on these
+# CPUs (1 MB of L2 per core: a 1536 x 64 weight panel is 384 KB) instead of the core's 512:
+# AMD Zen 4, `bench tiles --cache-flush`, 2026-12-07: VGG-19's K = 2304 / 4608 layers
+# 1.02-1.03x, ResNet-50's 1.01-1.05x (templates/conv2d.py ``_nhwc_default``).
+LONG_K_BLOCK = {"znver4": 1536}
 # Features that decide what a kernel may execute (an override must be a subset of the host's).
 EXECUTION_FEATURES = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl",
                       "avx512vnni", "avx512bf16", "avxvnni")
@@ -184,6 +189,12 @@ def tuned_cpu() -> str | None:
 def reads_a_in_place() -> bool:
     """Whether the GEMM defaults read A in place: the CPU fitted to is in ``A_IN_PLACE_CPUS``."""
     return tuned_cpu() in A_IN_PLACE_CPUS
+
+
+def long_k_block() -> int | None:
+    """The K block of a direct conv whose K exceeds one block, on the CPU fitted to
+    (``LONG_K_BLOCK``); None: the core's default."""
+    return LONG_K_BLOCK.get(tuned_cpu())
 
 
 def int8_in_place_rows(rows: int) -> int:

@@ -635,3 +635,23 @@ def test_direct_conv_writes_and_reads_a_padded_image_in_place(k, residual, threa
     (got,) = cons.make_outputs()
     _call_with(cons, ccfg, [padded, *xs[1:]], got, prepad=1)
     assert np.array_equal(got, ref)
+
+
+@pytest.mark.parametrize("cpu,blocks", [("znver4", 2), ("icelake-server", 5), ("znver5", 5)])
+def test_long_k_runs_in_longer_blocks_where_measured(cpu, blocks, monkeypatch):
+    """On the CPUs of ``isa.LONG_K_BLOCK`` (Zen 4: 1 MB of L2 per core) a direct conv whose K
+    exceeds one block (3x3 over 256 channels: K = 2304) runs K in blocks of 1536 (two)
+    instead of the core's 512 (five); other AVX-512 CPUs keep 512. Generation only: the
+    kernel is compiled and checked for the running machine below."""
+    from numba.core import config
+
+    from search_spaces import isa
+
+    t = get_template("conv2d")
+    w = conv_workload(256, 6, 64, 3, 1, 3)
+    monkeypatch.setattr(config, "CPU_NAME", cpu)
+    assert isa.current().registers == 32
+    d = t.default_config(w, 1)
+    assert -(-2304 // int(d["tile_k"])) == blocks, dict(d)
+    monkeypatch.undo()
+    assert check(w, t.default_config(w, 1)) is None

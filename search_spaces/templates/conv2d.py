@@ -310,6 +310,10 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
         ks = [v for v in sp.knob("tile_k").values if v >= pl["K"]]
         if ks and (pl["K"] <= 1536 or (not big and pl["K"] * nr * 4 <= ONE_K_PANEL_BYTES)):
             cfg = cfg.replace(tile_k=ks[0])
+        elif big and isa.long_k_block() in sp.knob("tile_k").values:
+            # fewer, longer K blocks where measured (``isa.LONG_K_BLOCK``): each block after
+            # the first reads and writes the whole output again
+            cfg = cfg.replace(tile_k=isa.long_k_block())
         return cfg
 
     @staticmethod
