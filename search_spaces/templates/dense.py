@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 from search_spaces import isa
 from search_spaces.gemm_engine import core
 from search_spaces.gemm_engine.space import core_constraints, core_knobs, default_core_config, repair
@@ -149,8 +151,8 @@ class DenseTemplate(core.ShapeGenericTemplate):
             acc = [f"a{r}" for r in range(DOT_ROWS)]
             acc2 = [f"b{r}" for r in range(DOT_ROWS)]
             # the next ROWS weight rows requested into L2 at the step's columns: one line
-            # per 64 bytes the step reads of a row (``next_rows_prefetch``)
-            item = 8 if w.dtype == "float64" else 4
+            # per 64 bytes the step reads of a row
+            item = np.dtype(w.dtype).itemsize
             lines = max(1, 2 * vec * item // 64)
             pf = [f"                        prefetch_l2(Wt, nxt + {r} * K + k{f' + {q * 64 // item}' if q else ''})"
                   for r in range(DOT_ROWS) for q in range(lines)]

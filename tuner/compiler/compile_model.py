@@ -392,9 +392,7 @@ def build(graph: Graph, *, opt_level: int | None = None, threads: int = 1, db: s
     plan = plan_memory(order, {v: types[v].nbytes for v in planned},
                        {v: types[v].dtype for v in planned}, set(g.outputs), alias, own=set(handoffs))
     for v, h in handoffs.items():
-        plan.assign[v] = len(plan.sizes)
-        plan.sizes.append(int(np.prod(h.shape)) * np.dtype(types[v].dtype).itemsize)
-        plan.dtypes.append(types[v].dtype)
+        plan.add_own(v, int(np.prod(h.shape)) * np.dtype(types[v].dtype).itemsize, types[v].dtype)
     buffers = plan.allocate()
     arrays: dict[str, np.ndarray] = {}
     inputs: list[tuple[str, np.ndarray]] = []
@@ -415,12 +413,9 @@ def build(graph: Graph, *, opt_level: int | None = None, threads: int = 1, db: s
                 a = array_of(cat).reshape(-1)[off: off + t.size].reshape(t.shape)
             elif v in alias:
                 a = array_of(alias[v]).reshape(t.shape)
-            elif v in handoffs:   # the padded image; the border stays zero
-                h = handoffs[v]
-                a = buffers[plan.assign[v]][: int(np.prod(h.shape))].reshape(h.shape)
-                a.fill(0)
-            else:
-                a = buffers[plan.assign[v]][: t.size].reshape(t.shape)
+            else:   # its buffer (a hand-off's value: the padded image, border kept zero)
+                shape = handoffs[v].shape if v in handoffs else t.shape
+                a = buffers[plan.assign[v]][: int(np.prod(shape))].reshape(shape)
                 a.fill(0)
             arrays[v] = a
         return a
@@ -435,8 +430,8 @@ def build(graph: Graph, *, opt_level: int | None = None, threads: int = 1, db: s
             continue
         k = kernels[node.name]
         args = tuple(array_of(i) for i in node.inputs) + (array_of(node.name),)
-        fn = fns.get(node.name)
-        if fn is None or k.source == "numpy":
+        fn = fns.get(node.name)   # none for a group left to NumPy
+        if fn is None:
             fn = _numpy_step(node)
         else:
             if node.name in overrides:   # a padded hand-off's placement

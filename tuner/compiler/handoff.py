@@ -17,7 +17,7 @@ the graph computes), for step-by-step checks.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,16 +26,16 @@ from search_spaces.templates.conv2d import HANDOFF_DIMS, Conv2dTemplate
 
 @dataclass
 class Handoff:
-    """Value ``value``, written by group ``producer`` into the interior of a padded buffer
-    that group ``consumer`` reads as its zero-padded image."""
+    """Value ``value``, written by its group (a group is named after the value it computes)
+    into the interior of a padded buffer that group ``consumer`` reads as its zero-padded
+    image."""
 
     value: str
-    producer: str
     consumer: str
     shape: tuple[int, ...]        # the padded buffer: (N, HP, WP, C)
     top: int                      # interior offset: rows
     left: int                     # and columns
-    interior: tuple[int, ...] = field(default=())   # (N, H, W, C)
+    interior: tuple[int, ...]     # the value: (N, H, W, C)
 
     def producer_dims(self) -> dict[str, int]:
         _, hp, wp, _ = self.shape
@@ -95,7 +95,7 @@ def find_handoffs(groups, kernels: dict, kinds: dict, alias: dict, outputs) -> d
         if (pg["N"], pg["OH"], pg["OW"], pg["O"]) != shape or pw.dtype != w.dtype:
             continue
         hp, wp = Conv2dTemplate.padded(g)
-        out[v] = Handoff(v, v, node.name, (g["N"], hp, wp, g["C"]), g["PT"], g["PL"], shape)
+        out[v] = Handoff(v, node.name, (g["N"], hp, wp, g["C"]), g["PT"], g["PL"], shape)
     return out
 
 
@@ -103,17 +103,17 @@ def runtime_overrides(handoffs: dict[str, Handoff]) -> dict[str, dict[str, int]]
     """Group -> the runtime dimensions its kernel takes other than its workload's defaults."""
     over: dict[str, dict[str, int]] = {}
     for h in handoffs.values():
-        over.setdefault(h.producer, {}).update(h.producer_dims())
+        over.setdefault(h.value, {}).update(h.producer_dims())
         over.setdefault(h.consumer, {})["prepad"] = 1
     return over
 
 
-def runtime_args(k, overrides: dict[str, int] | None) -> tuple:
+def runtime_args(k, overrides: dict[str, int]) -> tuple:
     """Kernel ``k``'s runtime arguments with ``overrides`` (by name) applied."""
     names = k.template.runtime_arg_names(k.workload, k.config)
     args = dict(zip(names, k.template.runtime_args(k.workload, k.config)))
-    unknown = set(overrides or {}) - set(args)
+    unknown = set(overrides) - set(args)
     if unknown:
         raise AssertionError(f"{k.node.name}: no runtime dimension(s) {sorted(unknown)}")
-    args.update(overrides or {})
+    args.update(overrides)
     return tuple(args.values())

@@ -29,6 +29,12 @@ class Plan:
     def total_bytes(self) -> int:
         return sum(self.sizes)
 
+    def add_own(self, value: str, nbytes: int, dtype: str) -> None:
+        """A buffer for ``value`` alone (a value ``plan_memory`` was told the caller owns)."""
+        self.assign[value] = len(self.sizes)
+        self.sizes.append(nbytes)
+        self.dtypes.append(dtype)
+
     def allocate(self) -> list[np.ndarray]:
         """The buffers, uninitialised, in one block on huge pages (``tuner.compiler.arena``)."""
         return slices(self.sizes, self.dtypes)
@@ -43,7 +49,8 @@ def plan_memory(steps: list[tuple[str, tuple[str, ...]]], nbytes: dict[str, int]
     inputs, constants) are ignored. ``keep``: values live to the end (graph outputs).
     ``alias``: view value -> the value whose buffer it looks into (no buffer of its own); the
     view may be written before that value's own step (the inputs of an in-place concat).
-    ``own``: values the caller gives buffers of their own (not planned, not shared).
+    ``own``: values the caller gives buffers of their own (not planned, not shared:
+    ``Plan.add_own``).
     """
     alias = alias or {}
 
