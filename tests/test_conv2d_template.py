@@ -435,6 +435,29 @@ def test_nhwc_default_tile_follows_the_channels_and_isa(O, tile):
     assert check(w, native) is None
 
 
+def test_nhwc_default_gives_each_thread_one_even_block():
+    """A direct conv (A, the image, read in place) splits its pixels over 2 threads in one
+    even block each when no block of the ladder up to twice the default splits them as
+    evenly: 23 x 24 = 552 pixels in 6-row tiles, 96% busy at best in blocks up to 192 rows,
+    100% in two blocks of 276 (the packed formulations keep the cap). Exact at 2 threads."""
+    from search_spaces import isa
+    from search_spaces.gemm_engine.space import balanced_split
+    from search_spaces.templates.features import split_efficiency
+
+    t = get_template("conv2d")
+    w = conv_workload(16, 23, 64, 3, 1, 3)
+    M = 23 * 24
+    with isa.using(isa.AVX512):
+        d = t.default_config(w, 2)
+        assert (d["parallel"], d["mr"], d["tile_m"]) == ("m", 6, 276), dict(d)
+        assert split_efficiency(M, d["tile_m"], 2) == 1.0
+        capped = balanced_split(t.space(w, 2), d.replace(tile_m=96), M, 64)
+        assert capped["tile_m"] <= 192 and split_efficiency(M, capped["tile_m"], 2) < 0.97
+    native = t.default_config(w, 2)
+    assert split_efficiency(M, native["tile_m"], 2) >= 0.99, dict(native)
+    assert check(w, native) is None
+
+
 @pytest.mark.parametrize("C,k_blocks_avx2,k_blocks_avx512", [(128, 1, 1), (256, 1, 5), (512, 1, 9)])
 def test_nhwc_default_runs_one_k_block_while_the_weight_panel_fits(C, k_blocks_avx2, k_blocks_avx512):
     """An NHWC conv's default takes all of K in one block up to K = 1536, and on AVX2 while
@@ -527,7 +550,8 @@ def test_window_tiles_request_their_output_lines_paced_over_k():
     assert ("def prefetch_tile" in src) != paced
     assert ("plim = MR * 5 if PREFETCH else 0" in src) == paced
     assert prepared_check(w, d) is None
-    assert prepared_check(w, d.replace(threads=1, parallel="none")) is None
+    one = d.replace(threads=1, parallel="none", tile_m=t.default_config(w, 1)["tile_m"])
+    assert prepared_check(w, one) is None      # (the 2-thread block may be an even split)
 
 
 def test_paced_prefetch_counts_the_residual_with_the_output():

@@ -297,9 +297,10 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
         if big and pad_rows(pl["M"], mr) >= ROW_PADDING and pad_rows(pl["M"], 7) < pad_rows(pl["M"], mr):
             nr, mr = min(nr, 2 * vec), 7   # 7 x 64 would spill: 28 + 4 + 1 > 32
         pack_b = True
-        # A is the image, read in place through the windows: what a split over N shares
+        # A is the image, read in place through the windows: what a split over N shares,
+        # and no packed A block whose size a long block of pixels would grow (whole_share)
         cfg = default_core_config(sp, pl["M"], pl["N"], pl["K"], max_threads, False, pack_b,
-                                  nr=nr, mr=mr, a_bytes=pl["image"] * 4)
+                                  nr=nr, mr=mr, a_bytes=pl["image"] * 4, whole_share=True)
         # One K block (no second pass over the output) up to K = 1536; on AVX2 while a
         # whole-K weight panel is at most ONE_K_PANEL_BYTES (K <= 6144 at 16-wide panels).
         # AMD Zen 2, 1 thread, `bench tiles` (tile_k 512 -> one block of 3072 or 6144):
