@@ -439,7 +439,8 @@ def test_nhwc_default_gives_each_thread_one_even_block():
     """A direct conv (A, the image, read in place) splits its pixels over 2 threads in one
     even block each when no block of the ladder up to twice the default splits them as
     evenly: 23 x 24 = 552 pixels in 6-row tiles, 96% busy at best in blocks up to 192 rows,
-    100% in two blocks of 276 (the packed formulations keep the cap). Exact at 2 threads."""
+    100% in two blocks of 276 (the packed formulations keep the cap). Exact at 2 threads.
+    And where M splits so evenly, it is the axis taken when N costs about the same."""
     from search_spaces import isa
     from search_spaces.gemm_engine.space import balanced_split
     from search_spaces.templates.features import split_efficiency
@@ -456,6 +457,13 @@ def test_nhwc_default_gives_each_thread_one_even_block():
     native = t.default_config(w, 2)
     assert split_efficiency(M, native["tile_m"], 2) >= 0.99, dict(native)
     assert check(w, native) is None
+    # a 1 x 1 expansion with a residual (ResNet-50's M784 N512 K128 kind): its costs over M
+    # and N are within the slack and M splits evenly, so M (over N every thread would read
+    # the whole image and write half of every output row)
+    e = conv_workload(128, 28, 512, 1, 1, 3)
+    with isa.using(isa.AVX512):
+        d = t.default_config(e, 2)
+        assert (d["parallel"], d["tile_m"]) == ("m", 408), dict(d)
 
 
 @pytest.mark.parametrize("C,k_blocks_avx2,k_blocks_avx512", [(128, 1, 1), (256, 1, 5), (512, 1, 9)])

@@ -221,11 +221,11 @@ def core_constraints(M: int, N: int, target: Isa | None = None) -> list[Constrai
 def default_core_config(space: ConfigSpace, M: int, N: int, K: int, max_threads: int,
                         pack_a: bool, pack_b: bool, nr: int | None = None,
                         mr: int | None = None, a_bytes: int | None = None,
-                        whole_share: bool = False) -> Config:
+                        direct_conv: bool = False) -> Config:
     """Whole-register vectors, the widest tile that pads N little, 6 rows up to two vectors
     (AVX2 fp32: 6 x 16 = 15 of 16 ymm; AVX-512: 6 x 32 = 15 of 32 zmm), 4 rows at three.
     ``a_bytes``: A's bytes (the activation), which a split over N has every thread read whole;
-    ``whole_share``: one block per thread is a candidate whatever its size (``balanced_split``)."""
+    ``direct_conv``: A is an image read in place through windows (``balanced_split``)."""
     nrs = space.knob("nr").values
     vec = space.knob("vec").values[-1]
     nr = nr or best_nr(N, nrs)
@@ -240,7 +240,7 @@ def default_core_config(space: ConfigSpace, M: int, N: int, K: int, max_threads:
     if max_threads > 1:
         cfg["parallel"], cfg["threads"] = ("n" if N >= 2 * cfg["tile_n"] else "m"), max_threads
         cfg = balanced_split(space, repair(space, cfg), M, N,
-                             shared_a=(K, a_bytes) if a_bytes else None, whole_share=whole_share)
+                             shared_a=(K, a_bytes) if a_bytes else None, direct_conv=direct_conv)
     return repair(space, cfg)
 
 
@@ -254,11 +254,14 @@ FLOPS_PER_SHARED_BYTE = 4
 # ~0.37 ns per extra byte at ~115 GOPS = ~42 operations; the M/N choices of all 20 largest
 # layers measured there agree for any value from 6 to 73
 INT8_PACK_OPS_PER_BYTE = 40
+# a direct conv whose M split keeps both threads this busy takes M over N where their costs
+# are within the slack (``balanced_split``, ``direct_conv``)
+EVEN_M = 0.98
 
 
 def balanced_split(space: ConfigSpace, cfg: Mapping, M: int, N: int, slack: float = 0.03,
                    shared_a: tuple[int, int] | None = None,
-                   per_shared_byte: float | None = None, whole_share: bool = False) -> dict:
+                   per_shared_byte: float | None = None, direct_conv: bool = False) -> dict:
     """The parallel axis and its cache block that keep every thread busy: among the tile
     values of the m and n axes (multiples of the micro tile, at most one thread's share or
     the default block, and never twice the default), the best ``split_efficiency``, then,
@@ -291,17 +294,27 @@ def balanced_split(space: ConfigSpace, cfg: Mapping, M: int, N: int, slack: floa
     ResNet-50 1.006x, Inception v1 and SqueezeNet (M = 169: 90 or 88 rows for 96) 1.00x; as
     AVX2 code (``TUNER_CPU=haswell``) Inception v2 1.014x, DenseNet-121 1.019x.
 
-    ``whole_share``: one block per thread (the even split) is a candidate even above twice
-    the default block (the cap stays for the formulations that pack an A block per cache
-    block; not measured there). A direct convolution reads A (the image) in place, so a long
-    block of pixels packs nothing more, and the even split is often the only one near 100%: 28 x 28 = 784 rows in 6-row tiles split 96% busy in
-    24-row blocks (17 to one thread, 16 to the other), 99% in two of 396. AMD Zen 4, 2
-    threads, 2026-12-07: `bench tiles --rows 784` 1.03-1.04x on ResNet-50's M-split 784-row
-    layers, `--rows 3136` 0.99-1.05x, the stem 1.02x; the models, both builds in one process,
-    both build orders, 12-16 rounds each: ResNet-50 1.008 / 1.010x, DenseNet-121 1.008 /
-    1.021x, Inception v1 1.013 / 1.014x, Inception v2 1.009 / 1.012x, SqueezeNet 1.014 /
-    1.012x, ZFNet-512 1.003 / 1.004x, VGG-19 1.001 / 1.009x (docs/models.md, "One block per
-    thread")."""
+    ``direct_conv`` (A an image read in place): one block per thread (the even split) is a
+    candidate even above twice the default block (the cap stays for the formulations that pack
+    an A block per cache block; not measured there). A direct convolution reads A (the image)
+    in place, so a long block of pixels packs nothing more, and the even split is often the
+    only one near 100%: 28 x 28 = 784 rows in 6-row tiles split 96% busy in 24-row blocks (17
+    to one thread, 16 to the other), 99% in two of 396. AMD Zen 4, 2 threads, 2026-12-07:
+    `bench tiles --rows 784` 1.03-1.04x on ResNet-50's M-split 784-row layers, `--rows 3136`
+    0.99-1.05x, the stem 1.02x; the models, both builds in one process, both build orders,
+    12-16 rounds each: ResNet-50 1.008 / 1.010x, DenseNet-121 1.008 / 1.021x, Inception v1
+    1.013 / 1.014x, Inception v2 1.009 / 1.012x, SqueezeNet 1.014 / 1.012x, ZFNet-512 1.003 /
+    1.004x, VGG-19 1.001 / 1.009x (docs/models.md, "One block per thread").
+
+    Where the costs of the two axes are within ``slack`` and M splits at least ``EVEN_M``
+    evenly, such a conv takes M: split over N every thread reads the whole image and writes
+    half of every output row (and of the residual's). ResNet-50's 28 x 28 1 x 1 expansions
+    with a residual (M784 N512 K128, 4 layers), over N in two 256-channel blocks before:
+    `bench tiles` 1.25x over M in two 396-row blocks; the model at 2 threads, both builds in
+    one process, both orders, 12 rounds each: 1.015 / 1.009x (24 of 24 rounds faster). The
+    long-K layers it also moves (VGG-19's M784 N512 K2304/4608, ZFNet-512's M144 N512
+    K2304/4608) measure 1.00x in `bench tiles`; VGG-19 1.007 / 1.006x, ZFNet-512 0.991 /
+    1.007x in the model."""
     from search_spaces.templates.features import split_efficiency
 
     cfg = dict(cfg)
@@ -315,7 +328,7 @@ def balanced_split(space: ConfigSpace, cfg: Mapping, M: int, N: int, slack: floa
                     default=values[-1])
         cap = min(max(cfg[knob], share), 2 * cfg[knob])
         for t in values:
-            if (t <= cap or (whole_share and t == share)) and (t % cfg[micro] == 0 or t >= dim):
+            if (t <= cap or (direct_conv and t == share)) and (t % cfg[micro] == 0 or t >= dim):
                 cands.append((split_efficiency(dim, t, T), axis == cfg["parallel"], t, axis, knob))
     if not cands:
         return cfg
@@ -329,8 +342,10 @@ def balanced_split(space: ConfigSpace, cfg: Mapping, M: int, N: int, slack: floa
             return work / max(c[0], 1e-9) + per_byte * extra
         by_axis = {a: min(cost(c) for c in cands if c[3] == a) for a in {c[3] for c in cands}}
         low = min(by_axis.values())
+        # within slack the default axis, or M where a direct conv's M splits (almost) evenly
+        even_m = direct_conv and max((c[0] for c in cands if c[3] == "m"), default=0) >= EVEN_M
         axis = max((a for a, v in by_axis.items() if v <= low * (1 + slack)),
-                   key=lambda a: (a == cfg["parallel"], -by_axis[a]))
+                   key=lambda a: (a == ("m" if even_m else cfg["parallel"]), -by_axis[a]))
     top = max(c[0] for c in cands)
     near = [c for c in cands if c[0] * (1 + slack) >= top]
     if shared_a is not None:

@@ -298,9 +298,9 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
             nr, mr = min(nr, 2 * vec), 7   # 7 x 64 would spill: 28 + 4 + 1 > 32
         pack_b = True
         # A is the image, read in place through the windows: what a split over N shares,
-        # and no packed A block whose size a long block of pixels would grow (whole_share)
+        # and no packed A block whose size a long block of pixels would grow (direct_conv)
         cfg = default_core_config(sp, pl["M"], pl["N"], pl["K"], max_threads, False, pack_b,
-                                  nr=nr, mr=mr, a_bytes=pl["image"] * 4, whole_share=True)
+                                  nr=nr, mr=mr, a_bytes=pl["image"] * 4, direct_conv=True)
         # One K block (no second pass over the output) up to K = 1536; on AVX2 while a
         # whole-K weight panel is at most ONE_K_PANEL_BYTES (K <= 6144 at 16-wide panels).
         # AMD Zen 2, 1 thread, `bench tiles` (tile_k 512 -> one block of 3072 or 6144):
