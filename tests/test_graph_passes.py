@@ -161,6 +161,41 @@ def test_fold_scale_axis_dense_nhwc_and_chains():
         }""")
 
 
+def test_fold_scale_axis_sums_two_constant_adds():
+    """conv -> add(bias) -> multiply(scale) -> add(shift) (a conv and its batch norm): the
+    scale folds into the weights and the bias, then the two constant adds become one; an
+    add whose first sum has another reader stays."""
+    check(FoldScaleAxis(), """
+        graph g(%x: float32[1, 2, 4, 4]) {
+          %w = const(fill=1.0) : float32[3, 2, 1, 1]
+          %s = const(data=[1.0, 2.0, 3.0]) : float32[3, 1, 1]
+          %b = const(data=[0.5, 0.25, 1.0]) : float32[3, 1, 1]
+          %t = const(data=[1.0, 1.0, 1.0]) : float32[3, 1, 1]
+          %c = conv2d(%x, %w)
+          %a = add(%c, %b)
+          %m = multiply(%a, %s)
+          %y = add(%m, %t)
+          %r = relu(%y)
+          return %r
+        }""", """
+        graph g(%x: float32[1, 2, 4, 4]) {
+          %w.scaled = const(data=[1.0, 1.0, 2.0, 2.0, 3.0, 3.0]) : float32[3, 2, 1, 1]
+          %c.scaled = conv2d(%x, %w.scaled)
+          %y.bias = const(data=[1.5, 1.5, 4.0]) : float32[3, 1, 1]
+          %y = add(%c.scaled, %y.bias)
+          %r = relu(%y)
+          return %r
+        }""")
+    src = """
+        graph g(%x: float32[1, 3, 4, 4]) {
+          %b = const(data=[0.5, 0.25, 1.0]) : float32[3, 1, 1]
+          %a = add(%x, %b)
+          %y = add(%a, %b)
+          return %y, %a
+        }"""
+    check(FoldScaleAxis(), src, src)
+
+
 def test_fold_scale_axis_leaves_shared_or_non_channel_scales_alone():
     src = """
         graph g(%x: float32[1, 2, 4, 4]) {

@@ -212,22 +212,29 @@ def test_standalone_relu_and_fused_clip():
 
 
 def test_two_bias_adds_fold_into_one_requantize():
-    """conv -> add(bias) -> add(batch norm shift) -> relu (ShuffleNet's first layer): both
-    adds are summed into the requantize's bias, so the relu is its clamp and nothing of the
-    chain stays in FP32 (it once ran as a float epilogue in the NumPy reference)."""
+    """conv -> add(bias) -> add(batch norm shift) -> relu (ShuffleNet's first layer): the
+    canonical graph has one add (FoldScaleAxis sums the two constants); given both adds
+    (the pass disabled), the quantizer sums them into the requantize's bias. Either way the
+    relu is its clamp and nothing of the chain stays in FP32 (it once ran as a float epilogue
+    in the NumPy reference)."""
+    from workloads.graph.passes import PassContext, Sequential, pipeline_passes
+
     rng = np.random.default_rng(3)
     b = GraphBuilder("twoadds")
     x = b.input("x", (1, 3, 8, 8))
     c = b.op("conv2d", x, b.const(rng.standard_normal((4, 3, 3, 3)).astype(np.float32)), padding=[1] * 4)
     a = b.op("add", b.op("add", c, b.const(rng.standard_normal((4, 1, 1)).astype(np.float32))),
              b.const(rng.standard_normal((4, 1, 1)).astype(np.float32)))
-    g = canonical(b.build(b.op("max_pool2d", b.op("relu", a), pool_size=[2, 2], strides=[2, 2])))
-    q = quantize_graph(g, calibrate(g, random_samples(g, 8), "minmax").ranges, reduce_range=True)
-    cov = q.coverage.to_dict()
-    assert cov["quantized_by_op"] == {"add": 2, "conv2d": 1, "max_pool2d": 1, "relu": 1}
-    assert cov["fp32_by_op"] == {}
-    ops = [n.op for n in q.graph.nodes if n.is_compute]
-    assert ops == ["quantize", "qconv2d", "requantize", "max_pool2d", "dequantize"]
-    xs = random_inputs(g, seed=11)
-    ref, got = execute(g, xs)[0], execute(q.graph, xs)[0]
-    assert np.abs(ref - got).max() < 0.05 * np.abs(ref).max()
+    fp = b.build(b.op("max_pool2d", b.op("relu", a), pool_size=[2, 2], strides=[2, 2]))
+    unfolded = Sequential([p for p in pipeline_passes(2) if p.name != "FuseOps"], name="c")(
+        fp, PassContext(opt_level=2, disabled={"FoldScaleAxis"}))
+    for g, adds in ((canonical(fp), 1), (unfolded, 2)):
+        q = quantize_graph(g, calibrate(g, random_samples(g, 8), "minmax").ranges, reduce_range=True)
+        cov = q.coverage.to_dict()
+        assert cov["quantized_by_op"] == {"add": adds, "conv2d": 1, "max_pool2d": 1, "relu": 1}
+        assert cov["fp32_by_op"] == {}
+        ops = [n.op for n in q.graph.nodes if n.is_compute]
+        assert ops == ["quantize", "qconv2d", "requantize", "max_pool2d", "dequantize"]
+        xs = random_inputs(g, seed=11)
+        ref, got = execute(g, xs)[0], execute(q.graph, xs)[0]
+        assert np.abs(ref - got).max() < 0.05 * np.abs(ref).max()

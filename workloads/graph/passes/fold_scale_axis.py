@@ -7,7 +7,9 @@ when W, S (and B) are constants, S (and B) vary only along the output-channel ax
 anchor's value (and the add's) has no other consumer. This is what removes the multiply left
 by SimplifyInference's batch_norm expansion after FoldConstant. The same holds for
 ``dense(x, W[N, K])`` (scale rows of W) and ``matmul(x, W[K, N])`` (scale columns).
-Repeated scales cascade (the rewrite runs to a fixpoint).
+Repeated scales cascade (the rewrite runs to a fixpoint). Two constant adds in a row become
+one (``add(add(x, B1), B2) -> add(x, B1 + B2)``): the conv's bias and the batch norm's
+shift that the scale leaves behind.
 """
 from __future__ import annotations
 
@@ -94,10 +96,32 @@ def _fold_multiply(node: Node, rw: Rewriter) -> Node | None:
     return rw.op("add", *operands, name=node.name)
 
 
-FOLD_SCALE_RULES = {"multiply": _fold_multiply}
+def _fold_add(node: Node, rw: Rewriter) -> Node | None:
+    """add(add(x, B1), B2) -> add(x, B1 + B2) for float constants B1, B2 (broadcasting is
+    associative: same shape). The conv's bias and a batch norm's shift once the scale is
+    folded: one operand in the anchor's epilogue instead of two, as ONNX Runtime folds a
+    batch norm into the conv's bias. Rounds once where the two adds rounded twice."""
+    outer = _split(node, rw)
+    if outer is None:
+        return None
+    value, b2 = outer
+    producer = rw.node(value)
+    if (producer.op != "add" or not rw.single_use(value)
+            or np.dtype(node.type.dtype).kind != "f"):
+        return None
+    inner = _split(producer, rw)
+    if inner is None:
+        return None
+    x, b1 = inner
+    b = rw.new_const((b1 + b2).astype(node.type.dtype), base=f"{node.name}.bias")
+    return rw.op("add", x, b, name=node.name)
+
+
+FOLD_SCALE_RULES = {"multiply": _fold_multiply, "add": _fold_add}
 
 
 @graph_pass("FoldScaleAxis", opt_level=2, required=("InferType",))
 def FoldScaleAxis(graph: Graph) -> Graph:
-    """Fold per-channel scales after conv2d/dense/matmul into their constant weights."""
+    """Fold per-channel scales after conv2d/dense/matmul into their constant weights, and
+    two constant adds in a row into one."""
     return rewrite(graph, FOLD_SCALE_RULES, fixpoint=True)
