@@ -192,6 +192,63 @@ def test_the_guard_refuses_a_noise_winner_and_accepts_a_real_one(store, default_
     assert guard_against_default(store, fake, w, t, target, TuneOptions(progress=False), run) is None
 
 
+class _FixedModes(_Fixed):
+    """``_Fixed`` with a measurement mode: timings by (config, cache_flush)."""
+
+    def __init__(self, medians):
+        super().__init__(medians)
+        from tuner.measure.measurer import MeasureOptions
+        self.opts = MeasureOptions()
+
+    def measure(self, workload, template, configs, cutoff_s=None):
+        from tuner.measure.result import MeasureResult, Status
+
+        return [MeasureResult(Status.OK, [self.medians[(c, self.opts.cache_flush)].pop(0)] * 3)
+                for c in configs]
+
+
+@pytest.mark.parametrize("cold_default, cold_best, accepted", [
+    ([1.00e-3, 1.01e-3], [1.12e-3, 1.13e-3], False),   # faster hot, 11% slower with operands evicted
+    ([1.50e-3, 1.51e-3], [1.00e-3, 1.01e-3], True),    # faster either way
+])
+def test_the_cold_guard_keeps_the_default_where_the_winner_loses_with_cold_operands(
+        store, cold_default, cold_best, accepted):
+    """``guard_cold`` (``tune model``): a config that beat the default back to back is timed
+    again beside it with its operands evicted (as a model meets its weights) and applied
+    only if faster there too; the cold times are not recorded as trials (another mode)."""
+    from tuner.dispatch import select_config
+    from tuner.db.store import TrialRecord
+    from tuner.measure.result import MeasureResult, Status
+    from tuner.tuning import guard_against_default
+
+    w, t, target = Gemm.parse("8x8x13"), SleepyGemm(), host_target()
+    default, other = t.default_config(w, 1), Config({"delay": 2})
+    run = store.start_run(target, "test", "grid", 1)
+    store.add_trials(run, w, target, [
+        TrialRecord(t.name, t.version, default, 1, MeasureResult(Status.OK, [2.0e-3] * 3)),
+        TrialRecord(t.name, t.version, other, 1, MeasureResult(Status.OK, [1.0e-3] * 3))])
+    fake = _FixedModes({(default, False): [2.0e-3, 2.01e-3], (other, False): [1.0e-3, 1.0e-3],
+                        (default, True): list(cold_default), (other, True): list(cold_best)})
+    g = guard_against_default(store, fake, w, t, target,
+                              TuneOptions(progress=False, guard_cold=True), run)
+    assert g["margin"] == pytest.approx(2.0) and g["accepted"] is accepted
+    assert g["cold_margin"] == pytest.approx(min(cold_default) / min(cold_best), rel=1e-3)
+    assert fake.opts.cache_flush is False                        # the mode is restored
+    assert all(not v for v in fake.medians.values())             # hot and cold rounds both ran
+    assert len([r for r in store.trials(workload_key=w.key) if r.strategy == "guard"]) == 4
+    sel = select_config(w, t, store, target, threads=1)
+    assert sel.config == (other if accepted else default)
+    assert accepted or "operands evicted" in sel.note
+    # without guard_cold (tune gemm) a hot winner is applied as before
+    w2 = Gemm.parse("8x8x14")
+    store.add_trials(run, w2, target, [
+        TrialRecord(t.name, t.version, default, 1, MeasureResult(Status.OK, [2.0e-3] * 3)),
+        TrialRecord(t.name, t.version, other, 1, MeasureResult(Status.OK, [1.0e-3] * 3))])
+    hot = _FixedModes({(default, False): [2.0e-3, 2.0e-3], (other, False): [1.0e-3, 1.0e-3]})
+    g2 = guard_against_default(store, hot, w2, t, target, TuneOptions(progress=False), run)
+    assert g2["accepted"] and "cold_margin" not in g2
+
+
 def test_a_run_builds_each_module_once_and_reports_it(store, measurer):
     """Re-measurement and the default check run configs whose modules the search built: the
     summary counts modules compiled and configs run, and a module is built once per run."""

@@ -89,9 +89,12 @@ def select_config(workload, template, store: Store, target: Target | None = None
             # default side by side beyond the measured noise: keep the default (a tuned
             # decision, recorded with its margin)
             tie = "" if g.get("best") == best.config.hash else " (a config it ties)"
+            why = (f"margin {g['margin']:.3f} is within the noise {g['noise']:.3f} of a "
+                   "side-by-side re-measurement" if "cold_margin" not in g else
+                   f"margin {g['margin']:.3f} turned {g['cold_margin']:.3f} timed with its "
+                   "operands evicted, as a model meets them")
             return Selection(template.default_config(workload, threads), "tuned", best,
-                             f"default kept: the tuned config's{tie} margin {g['margin']:.3f} is "
-                             f"within the noise {g['noise']:.3f} of a side-by-side re-measurement")
+                             f"default kept: the tuned config's{tie} {why}")
         drift = _version_drift(best, target)
         if not drift:
             return Selection(best.config, "tuned", best)

@@ -243,7 +243,8 @@ def tune_model(graph, *, trials: int, store, target, threads: int, opt_level: in
                                batch_size=min(8, n), progress=progress, log_path=log_path,
                                command=command, remeasure_top=2,
                                # the compile budget tune model was measured with (per batch)
-                               max_new_variants=4, trials_per_variant=None)
+                               max_new_variants=4, trials_per_variant=None,
+                               guard_cold=True)   # a model meets its weights cold
             summary = tune(t.workload, tpl, store, target, opts, measurer=measurer)
             best = summary.best.median if summary.best else None
             sched.update(s, n, summary.measured + summary.resumed, best)

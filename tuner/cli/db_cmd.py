@@ -81,11 +81,12 @@ def _guard(b) -> str:
     g = b.guard
     if not g:
         return "-"
+    cold = f", cold {g['cold_margin']:.3f}" if "cold_margin" in g else ""   # operands evicted
     if g.get("best") != b.config.hash:   # the check of a config it outranks or ties
         if g["accepted"]:
-            return f">{g['margin']:.3f} (ranks above a checked config; noise {g['noise']:.3f}, applied)"
-        return f"~{g['margin']:.3f} (ties a checked config; noise {g['noise']:.3f}, default kept)"
-    return f"{g['margin']:.3f} (noise {g['noise']:.3f}, {'applied' if g['accepted'] else 'default kept'})"
+            return f">{g['margin']:.3f} (ranks above a checked config; noise {g['noise']:.3f}{cold}, applied)"
+        return f"~{g['margin']:.3f} (ties a checked config; noise {g['noise']:.3f}{cold}, default kept)"
+    return f"{g['margin']:.3f} (noise {g['noise']:.3f}{cold}, {'applied' if g['accepted'] else 'default kept'})"
 
 
 def cmd_history(args) -> int:
