@@ -45,8 +45,9 @@ class TuneOptions:
     guard_rounds: int = 2         # rounds of the side-by-side default-vs-best check (0: none)
     guard_min_margin: float = 0.02  # the tuned config must win by more than this and the noise
     # a winner of the (hot) check is timed again beside the default with its operands evicted
-    # before each call (``guard_against_default``), and kept only if not slower there: a built
-    # model meets its weights cold (``tune model`` sets it; a run already flushing needs no second look)
+    # before each call (``guard_against_default``), and applied only if faster there too: a
+    # built model meets its weights cold (``tune model`` sets it; a run already flushing needs
+    # no second look; a cold timing that fails leaves the first check's decision)
     guard_cold: bool = False
     cutoff_factor: float | None = 10.0  # one sample only for candidates this much slower than the best
     # one buffer placement only (of MeasureOptions.placements) for a candidate whose first
