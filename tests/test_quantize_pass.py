@@ -217,8 +217,6 @@ def test_two_bias_adds_fold_into_one_requantize():
     (the pass disabled), the quantizer sums them into the requantize's bias. Either way the
     relu is its clamp and nothing of the chain stays in FP32 (it once ran as a float epilogue
     in the NumPy reference)."""
-    from workloads.graph.passes import PassContext, Sequential, pipeline_passes
-
     rng = np.random.default_rng(3)
     b = GraphBuilder("twoadds")
     x = b.input("x", (1, 3, 8, 8))
@@ -226,8 +224,7 @@ def test_two_bias_adds_fold_into_one_requantize():
     a = b.op("add", b.op("add", c, b.const(rng.standard_normal((4, 1, 1)).astype(np.float32))),
              b.const(rng.standard_normal((4, 1, 1)).astype(np.float32)))
     fp = b.build(b.op("max_pool2d", b.op("relu", a), pool_size=[2, 2], strides=[2, 2]))
-    unfolded = Sequential([p for p in pipeline_passes(2) if p.name != "FuseOps"], name="c")(
-        fp, PassContext(opt_level=2, disabled={"FoldScaleAxis"}))
+    unfolded = canonical(fp, disabled=frozenset({"FoldScaleAxis"}))
     for g, adds in ((canonical(fp), 1), (unfolded, 2)):
         q = quantize_graph(g, calibrate(g, random_samples(g, 8), "minmax").ranges, reduce_range=True)
         cov = q.coverage.to_dict()

@@ -370,6 +370,22 @@ def settle_best(store: Store, measurer: Measurer, workload, template, target,
             return
 
 
+def _side_by_side(measurer: Measurer, workload, template, default: Config, best: Config,
+                  rounds: int) -> tuple[dict, list] | None:
+    """``rounds`` alternating measurements of ``default`` and ``best``: (per-round medians by
+    config hash, [(config, result)]), or None if either fails (a failure is recorded by the
+    loop's own rules, not here)."""
+    per: dict = {default.hash: [], best.hash: []}
+    records = []
+    for _ in range(rounds):
+        for c, r in zip((default, best), measurer.measure(workload, template, [default, best])):
+            if not r.ok:
+                return None
+            per[c.hash].append(r.median)
+            records.append((c, r))
+    return per, records
+
+
 def _margin(per: dict, default: Config, best: Config) -> tuple[float, float]:
     """(default time / best time, noise) from each config's per-round medians."""
     # Timing noise on a shared machine only ever adds time, so each config's figure is its
@@ -392,18 +408,13 @@ def _cold_margin(measurer: Measurer, workload, template, default: Config, best: 
     the default 1.02x back to back, where the weights stay in the caches, and was applied;
     in the model it ran 0.89x (0.749 vs 0.666 ms), as it does timed cold (``bench tiles
     --cache-flush``: 0.89x)."""
-    per = {default.hash: [], best.hash: []}
     opts = measurer.opts
     was, opts.cache_flush = opts.cache_flush, True
     try:
-        for _ in range(max(1, rounds)):
-            for c, r in zip((default, best), measurer.measure(workload, template, [default, best])):
-                if not r.ok:
-                    return None
-                per[c.hash].append(r.median)
+        measured = _side_by_side(measurer, workload, template, default, best, rounds)
     finally:
         opts.cache_flush = was
-    return _margin(per, default, best)[0]
+    return None if measured is None else _margin(measured[0], default, best)[0]
 
 
 def guard_against_default(store: Store, measurer: Measurer, workload, template, target,
@@ -434,22 +445,16 @@ def guard_against_default(store: Store, measurer: Measurer, workload, template, 
         return None
     if leader_guard(ranked):   # its own check, or one that covers it
         return None
-    per = {default.hash: [], best.hash: []}
-    records = []
-    for _ in range(opts.guard_rounds):
-        results = measurer.measure(workload, template, [default, best])
-        for c, r in zip((default, best), results):
-            if not r.ok:
-                return None      # a failure is recorded by the loop's own rules, not here
-            per[c.hash].append(r.median)
-            records.append((c, r))
+    measured = _side_by_side(measurer, workload, template, default, best, opts.guard_rounds)
+    if measured is None:
+        return None
+    per, records = measured
     margin, noise = _margin(per, default, best)
     guard = {"default": default.hash, "best": best.hash, "margin": round(margin, 4),
              "noise": round(noise, 4), "min_margin": opts.guard_min_margin,
              "accepted": margin > 1 + max(noise, opts.guard_min_margin),
              "rounds": opts.guard_rounds}
-    if guard["accepted"] and opts.guard_cold and not getattr(getattr(measurer, "opts", None),
-                                                             "cache_flush", True):
+    if guard["accepted"] and opts.guard_cold and not measurer.opts.cache_flush:
         cold = _cold_margin(measurer, workload, template, default, best, opts.guard_rounds)
         if cold is not None:
             guard["cold_margin"] = round(cold, 4)

@@ -9,13 +9,14 @@ from tuner.quant import records
 from tuner.quant.calibrate import Calibration, Samples, calibrate
 
 
-def canonical(graph: Graph) -> Graph:
+def canonical(graph: Graph, disabled: frozenset[str] = frozenset()) -> Graph:
     """The O2 pipeline without FuseOps: what the Quantize pass expects (batch_norm and scales
-    folded into the weights, biases as ``add`` of a constant)."""
+    folded into the weights, biases as ``add`` of a constant); ``disabled``: pass names
+    skipped."""
     from workloads.graph.passes import PassContext, Sequential, pipeline_passes
 
     passes = [p for p in pipeline_passes(2) if p.name != "FuseOps"]
-    return Sequential(passes, name="canonical")(graph, PassContext(opt_level=2))
+    return Sequential(passes, name="canonical")(graph, PassContext(opt_level=2, disabled=disabled))
 
 
 @dataclass
