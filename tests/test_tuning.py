@@ -367,6 +367,49 @@ def test_a_run_never_ends_on_a_leader_measured_once(store):
     assert sel.config == third and sel.source == "tuned"
 
 
+class GivenModes(GivenMedians):
+    """``GivenMedians`` with a measurement mode: medians by (config, cache_flush)."""
+
+    def __init__(self, medians):
+        super().__init__(medians)
+        from tuner.measure.measurer import MeasureOptions
+        self.opts = MeasureOptions()
+
+    def measure(self, workload, template, configs, cutoff_s=None):
+        from tuner.measure.result import MeasureResult, Status
+
+        self.measured += [(c, self.opts.cache_flush) for c in configs]
+        out = []
+        for c in configs:
+            m = self.medians[(c, self.opts.cache_flush)]
+            out.append(MeasureResult(Status.OK, [m.pop(0) if len(m) > 1 else m[0]] * 3))
+        return out
+
+
+@pytest.mark.parametrize("third_cold, applied", [(1.5e-3, False), (0.6e-3, True)])
+def test_a_check_timed_cold_covers_no_other_leader(store, third_cold, applied):
+    """With ``guard_cold`` (``tune model``) an accepted check covers only the config it timed
+    cold: the leader its rows make (third, faster hot) gets a check of its own, hot and cold,
+    and is applied only if faster with its operands evicted too."""
+    from tuner.dispatch import select_config
+    from tuner.tuning import settle_best
+
+    w, t, target, default, best, third, run = _three_configs(store, 1.1, default_ms=2.0, best_ms=1.0)
+    given = GivenModes({(default, False): [2.0e-3], (best, False): [1.3e-3],
+                        (third, False): [1.1e-3], (default, True): [1.0e-3],
+                        (best, True): [0.9e-3], (third, True): [third_cold]})
+    settle_best(store, given, w, t, target,
+                TuneOptions(progress=False, remeasure_top=1, guard_cold=True), run)
+    lead = store.best(w.key, target.key, 1, t.name, t.version)
+    assert lead.config == third
+    assert (third, True) in given.measured                        # timed cold itself
+    assert lead.guard["best"] == third.hash and lead.guard["accepted"] is applied
+    assert lead.guard["cold_margin"] == pytest.approx(1.0e-3 / third_cold, rel=1e-3)
+    sel = select_config(w, t, store, target, threads=1, quiet=True)
+    assert sel.config == (third if applied else default)
+    assert applied or "operands evicted" in sel.note
+
+
 def test_after_a_refused_check_the_new_leader_is_checked_in_turn(store):
     """A check that keeps the default covers nothing: the leader its rows make is measured
     again and checked against the default itself."""

@@ -365,7 +365,8 @@ def settle_best(store: Store, measurer: Measurer, workload, template, target,
         # that beat the default, or ties one that did not) is measured again by the next
         # round's ``_remeasure_top`` but not checked itself: checking each new leader among
         # near-equal configs in turn took 23 re-measurements (~20 s) of a 1024^3 run on the
-        # Xeon compiling for znver3, 2026-12-03.
+        # Xeon compiling for znver3, 2026-12-03. An accepted check timed cold (guard_cold)
+        # covers no other leader: that one is checked, hot and cold, in turn.
         if guard_against_default(store, measurer, workload, template, target, opts, run_id) is None:
             return
 

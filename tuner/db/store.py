@@ -360,7 +360,12 @@ def _covering_guard(score: float, below: list) -> dict | None:
     config that did not beat the default: the default is kept), or a refused one whose default
     scores within that bar of the leader (no faster than the default beyond the noise: kept
     too). None otherwise: the leader needs its own check. So ``tuning.settle_best`` does not
-    check each new leader among near-equal configs in turn."""
+    check each new leader among near-equal configs in turn.
+
+    An accepted check that also timed its config cold (``cold_margin``, ``tune model``) covers
+    no other config: the ranking is by times with hot operands, and a leader faster hot can be
+    the slower one cold (B read in place beat the default 1.02x hot and ran 0.89x in the
+    model, Inception v2 on AMD Zen 4, 2026-12-07), so that leader gets its own check."""
     scores = {rows[0].config_hash: sc for sc, rows in below}
     for other, rows in below:
         for r in reversed(rows):
@@ -369,6 +374,8 @@ def _covering_guard(score: float, below: list) -> dict | None:
                 continue
             bar = 1 + max(g.get("noise", 0.0), g.get("min_margin", 0.02))
             default = scores.get(g.get("default"), float("inf"))
+            if g.get("accepted") and "cold_margin" in g:
+                continue
             if g.get("accepted") or other <= score * bar or default <= score * bar:
                 return g
     return None
