@@ -47,10 +47,12 @@ def _bench(*args, tmp_path):
 def test_bench_model_rows(tmp_path):
     model = _tiny(tmp_path / "tiny.onnx")
     out = tmp_path / "bench.json"
-    r = _bench(model, "--threads", "1", "--repeat", "4", "--out", str(out), tmp_path=tmp_path)
+    r = _bench(model, "--threads", "1", "--repeat", "4", "--rounds", "2", "--out", str(out),
+               tmp_path=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     data = json.loads(out.read_text())
     assert data["kind"] == "bench-model" and data["versions"]["onnxruntime"]
+    assert data["rounds"] == 2 and all(len(row["samples_ms"]) == 6 for row in data["rows"])
     rows = {row["group"]: row for row in data["rows"]}
     assert set(rows) == set("ANBCD")
     for g, row in rows.items():
@@ -99,7 +101,7 @@ def test_bench_two_models_one_table_with_hotspots(tmp_path):
 
 @pytest.mark.parametrize("args", [["missing.onnx"], ["workloads/graphs/mlp.txt"],
                                   ["M.onnx", "--groups", "AXZ"], ["M.onnx", "--threads", "0"],
-                                  ["missing.onnx", "missing2.onnx"]])
+                                  ["missing.onnx", "missing2.onnx"], ["M.onnx", "--rounds", "0"]])
 def test_bench_model_bad_input(args, tmp_path):
     r = _bench(*args, tmp_path=tmp_path)
     assert r.returncode == 2, r.stdout + r.stderr

@@ -53,6 +53,9 @@ def register(sub) -> None:
     mb.add_argument("--agreement", type=int, default=200, metavar="N",
                     help="INT8 groups: seeded inputs for the top-1 agreement with FP32 (default 200)")
     mb.add_argument("--repeat", type=int, default=20, help="timed runs per contender")
+    mb.add_argument("--rounds", type=int, default=10,
+                    help="alternating passes over the contenders, each taking repeat/rounds "
+                         "(at least 3) runs per contender (default 10)")
     mb.add_argument("--seed", type=int, default=0, help="random weights seed")
     mb.add_argument("--jobs", type=int, default=None, help="compile processes")
     add_db_arg(mb)
@@ -327,11 +330,14 @@ def run_model(args) -> int:
         raise UsageError(f"--groups must be letters of {''.join(GROUPS)}, got {args.groups!r}")
     if args.calibration < 1 or args.agreement < 1:
         raise UsageError("--calibration and --agreement must be >= 1")
-    for model in args.model:
-        _check_onnx(model, "bench model")
     if args.repeat < 3:
         raise UsageError(f"--repeat must be >= 3, got {args.repeat}")
+    if args.rounds < 1:
+        raise UsageError(f"--rounds must be >= 1, got {args.rounds}")
+    for model in args.model:
+        _check_onnx(model, "bench model")
     results = [bench_model(model, threads, groups=args.groups, seed=args.seed, repeat=args.repeat,
+                           rounds=args.rounds,
                            db=args.db, jobs=args.jobs, calibration=args.calibration,
                            agreement=args.agreement, calib_method=args.calib_method)
                for model in args.model]
