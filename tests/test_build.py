@@ -360,24 +360,68 @@ def test_numpy_steps_run_blas_on_one_thread_beside_parallel_kernels(conv_block, 
     np.testing.assert_allclose(out, real_execute(conv_block, x)[0], rtol=1e-4, atol=1e-6)
 
 
-def _conv_chain():
-    """x -> 1x1 conv + relu -> 3x3 conv + relu -> 3x3 conv + relu (-> output), and a 3x3
-    conv whose image has a second reader (the add): two hand-offs, one refused."""
+def _convs(name: str, seed: int):
+    """(builder, input x of 1 x 16 x 10 x 11, conv(v, cin, cout, k): a k x k conv + bias + relu
+    with seeded weights, 'same' padding)."""
     from workloads.graph import GraphBuilder
 
-    b = GraphBuilder("chain")
-    rng = np.random.default_rng(0)
-    x = b.input("x", (1, 16, 10, 11))
+    b = GraphBuilder(name)
+    rng = np.random.default_rng(seed)
 
     def conv(v, cin, cout, k):
         w = b.const(rng.standard_normal((cout, cin, k, k)).astype(np.float32) * 0.2)
         bias = b.const(rng.standard_normal((cout, 1, 1)).astype(np.float32))
         return b.op("relu", b.op("add", b.op("conv2d", v, w, strides=[1, 1], padding=[k // 2] * 2), bias))
 
+    return b, b.input("x", (1, 16, 10, 11)), conv
+
+
+def _conv_chain():
+    """x -> 1x1 conv + relu -> 3x3 conv + relu -> 3x3 conv + relu (-> output), and a 3x3
+    conv whose image has a second reader (the add): two hand-offs, one refused."""
+    b, x, conv = _convs("chain", 0)
     y = conv(conv(conv(x, 16, 32, 1), 32, 32, 3), 32, 32, 3)
     z = conv(y, 32, 32, 1)
     out = b.op("add", conv(z, 32, 32, 3), z)      # z: read by the 3x3 conv and by the add
     return b.build(out)
+
+
+def _branches():
+    """Two concatenations over channels of convs of x: one whose inputs are read by it alone
+    (computed in place in NHWC), one whose first input a second conv reads too (copied)."""
+    b, x, conv = _convs("branches", 1)
+    c = b.op("concatenate", conv(x, 16, 24, 1), conv(x, 16, 40, 3), axis=1)
+    e = conv(x, 16, 16, 1)
+    f = b.op("concatenate", e, conv(x, 16, 16, 3), axis=1)
+    out = b.op("add", b.op("add", conv(c, 64, 32, 1), f), conv(e, 16, 32, 1))
+    return b.build(out)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_nhwc_concatenations_are_written_in_place_by_their_producers(tmp_path, threads):
+    """In NHWC a concatenation over channels is not a contiguous slice per input: where every
+    input is a direct conv read by it alone, each writes its channels of the concatenation
+    (``handoff.ChannelSlot``: runtime dims OLD, OCO) and the concatenation copies nothing;
+    the same compiled kernels, bit-identical outputs, ``Step.output`` the input's channels.
+    A concatenation with an input read elsewhere is copied as before."""
+    g = _branches()
+    db = f"sqlite:///{tmp_path / 't.db'}"
+    m = tuner.build(g, threads=threads, db=db)
+    copy = tuner.build(g, threads=threads, db=db, inplace_concat=False)
+    cats = [s for s in m.steps if "concatenate" in s.label]
+    assert [s.source for s in cats].count("view") == 1 and len(cats) == 2
+    assert all(s.source != "view" for s in copy.steps if "concatenate" in s.label)
+    placed = [s for s in m.steps if s.out is not None]
+    assert len(placed) == 2 and all(s.args[-1].shape[-1] == 64 for s in placed)
+    assert sorted(s.out.shape[-1] for s in placed) == [24, 40]
+    for seed in (0, 1):
+        x = random_inputs(g, seed=seed)
+        seen = {}
+        ref = copy.run_steps(x, lambda s: seen.__setitem__(s.name, s.output.copy()))[0]
+        got = m.run_steps(x, lambda s: s.out is None or np.array_equal(s.output, seen[s.name])
+                          or pytest.fail(f"{s.name} differs"))[0]
+        assert np.array_equal(got, ref)
+        np.testing.assert_allclose(got, execute(g, x)[0], rtol=1e-4, atol=1e-4)
 
 
 def test_padded_images_are_written_in_place_by_their_producers(tmp_path):

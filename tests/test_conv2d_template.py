@@ -553,7 +553,7 @@ def test_window_tiles_request_their_output_lines_paced_over_k():
     paced = paces_output("window_nhwc", d["nr"], 4)
     assert paced == (d["nr"] >= 64)
     assert ("Cf, QX, qx, qc, qo, plim" in micro
-            and "prefetch_w(Cf, qc + QX[qx + qr] * N + qs)" in micro) == paced
+            and "prefetch_w(Cf, qc + QX[qx + qr] + qs)" in micro) == paced
     assert ("prefetch(e" in micro) == paced        # the residual's lines too
     assert ("def prefetch_tile" in src) != paced
     assert ("plim = MR * 5 if PREFETCH else 0" in src) == paced

@@ -287,7 +287,7 @@ def output_prefetch(epi: Epilogue, nr: int, itemsize: int,
     one = ["if po < plim:   # a line of this tile's output rows (through the row table QX)",
            f"    qr = po // {per_row}",
            f"    qs = min((po % {per_row}) * {step}, NR - 1)",
-           "    prefetch_w(Cf, qc + QX[qx + qr] * N + qs)"] + [
+           "    prefetch_w(Cf, qc + QX[qx + qr] + qs)"] + [
            f"    prefetch({e}, qo + qr * N + qs)" for e in full] + ["    po += 1"]
     return params, ["po = 0   # output lines requested so far"], one
 
@@ -431,23 +431,26 @@ def _pixel_walk(entry: str) -> list[str]:
 
 
 def out_rows(a_src: str) -> bool:
-    """Whether the store writes row q of C at a row the block's table ``QX`` gives
-    (``out_rows_source``) instead of at row q: a direct NHWC conv, whose output may be the
-    interior of a zero-bordered image its consumer reads as its padded input."""
+    """Whether the store writes row q of C where the block's table ``QX`` says
+    (``out_rows_source``) instead of at q * N: a direct NHWC conv, whose output may be the
+    interior of a zero-bordered image its consumer reads as its padded input, or its channels
+    of a wider array (a concatenation over channels computed in place)."""
     return a_src == "window_nhwc"
 
 
 def out_rows_source() -> list[str]:
-    """out_rows(QX, q0, cnt, M, OH, OW, OPT, OPL, OHP, OWP): QX[r] = the row of the output
-    array where output pixel q0 + r is stored, r < cnt. The output is NIMG images of OHP x
-    OWP pixels whose OH x OW interior starts at (OPT, OPL): with no border (0, 0, OH, OW)
-    QX[r] = q0 + r. With one, a producer writes its consumer's zero-padded input in place
-    and the consumer copies nothing (``pad_image`` skipped: ``PREPAD``); the border is
-    zeroed once by the build, never written (``tuner.compiler.handoff``)."""
+    """out_rows(QX, q0, cnt, M, OH, OW, OPT, OPL, OHP, OWP, OLD, OCO): QX[r] = the offset in
+    the output array of output pixel q0 + r's first channel, r < cnt. The output is NIMG
+    images of OHP x OWP pixels of OLD channels, whose OH x OW interior starts at (OPT, OPL)
+    and whose channels start at OCO: by default (0, 0, OH, OW, N, 0) QX[r] = (q0 + r) * N.
+    With a border, a producer writes its consumer's zero-padded input in place and the
+    consumer copies nothing (``pad_image`` skipped: ``PREPAD``; the border is zeroed once by
+    the build, never written); with OLD > N it writes its slice of a concatenation over
+    channels, which then copies nothing (``tuner.compiler.handoff``)."""
     return [_jit(),
-            "def out_rows(QX, q0, cnt, M, OH, OW, OPT, OPL, OHP, OWP):",
-            '    """QX[r] = the output row of pixel q0 + r (past M: the last pixel again)."""',
-            *_pixel_walk("QX[r] = (img * OHP + oh + OPT) * OWP + ow + OPL")]
+            "def out_rows(QX, q0, cnt, M, OH, OW, OPT, OPL, OHP, OWP, OLD, OCO):",
+            '    """QX[r] = where pixel q0 + r is stored (past M: the last pixel again)."""',
+            *_pixel_walk("QX[r] = ((img * OHP + oh + OPT) * OWP + ow + OPL) * OLD + OCO")]
 
 
 def _pointwise_body(mr: int, nv: int, vec: int, b_ps: str, acc, pf_step=()) -> list[str]:
@@ -576,14 +579,14 @@ def store_source(epi: Epilogue, single_block: bool, mr: int, nr: int, vec: int,
     one, full tiles of modes 0 and 1 are vectors in store_tile, the rest scalar loops.
     ``single_block``: K is one block (mode 3 only): a literal, the other modes would double
     the function's compile time. ``rows``: row r of the tile is stored at output row
-    ``QX[qx + r]`` (``out_rows``), the epilogue's operands still read at row ci + r."""
+    offset ``QX[qx + r]`` (``out_rows``), the epilogue's operands still read at row ci + r."""
     args = epi.args()
     n_arg = "".join(n + ", " for n in dims.pick(["N"]))
     qx = "QX, qx, " if rows else ""
     lines = [_jit(fastmath=True), f"def store_tile(T, Cf, cbase, ci, cj, {qx}mlen, nlen, mode, {n_arg}{args}):",
              f'    """Tile T into C (flat, row stride N) at (ci, cj); epilogue: {epi.describe()}."""']
     # o: the flat index of row ci + r (the full operands'), oc: where that row is stored
-    where = (["    o = cbase + row * N + cj", "    oc = cbase + QX[qx + r] * N + cj"] if rows
+    where = (["    o = cbase + row * N + cj", "    oc = cbase + QX[qx + r] + cj"] if rows
              else ["    o = cbase + row * N + cj"])
     oc = "oc" if rows else "o"
 
@@ -729,7 +732,7 @@ def core_source(c: dict, a_src: str, b_src: str, epi: Epilogue, dims: Dims,
     if table:
         body.append(f"{ind}pixel_rows(PX, i0, (mc + MR - 1) // MR * MR, M, CI, OH, OW, HP, WP, SH, SW)")
     if rows:
-        body.append(f"{ind}out_rows(QX, i0, (mc + MR - 1) // MR * MR, M, OH, OW, OPT, OPL, OHP, OWP)")
+        body.append(f"{ind}out_rows(QX, i0, (mc + MR - 1) // MR * MR, M, OH, OW, OPT, OPL, OHP, OWP, OLD, OCO)")
     body += [f"{ind}for jr in range(0, nc, NR):",
              f"{ind}    nlen = min(NR, nc - jr)",
              f"{ind}    for ir in range(0, mc, MR):",
@@ -800,7 +803,7 @@ def prefetch_source(epi: Epilogue, nr: int, itemsize: int, dims: Dims,
     """prefetch_tile(Cf, o, e...): ask for the cache lines of the output tile at flat index o
     (to be written) and of the epilogue's full operands there (to be read) before the tile's
     K loop, whose FMAs hide the misses (the hardware prefetchers do not follow MR rows).
-    ``rows``: prefetch_tile(Cf, QX, qx, oc, o, e...), output row r at ``oc + QX[qx + r] * N``
+    ``rows``: prefetch_tile(Cf, QX, qx, oc, o, e...), output row r at ``oc + QX[qx + r]``
     (``out_rows``), the operands' at ``o + r * N``."""
     offs = row_line_columns(nr, itemsize)
     full = full_operands(epi)
@@ -808,7 +811,7 @@ def prefetch_source(epi: Epilogue, nr: int, itemsize: int, dims: Dims,
     lines = [_jit(), f"def prefetch_tile(Cf, {'QX, qx, oc, ' if rows else ''}o, {n_arg}{epi.args()}):",
              '    """Cache lines of one output tile (and of full epilogue operands) requested early."""'] + [
              "    for r in range(MR):",
-             "        q = o + r * N"] + (["        qc = oc + QX[qx + r] * N"] if rows else [])
+             "        q = o + r * N"] + (["        qc = oc + QX[qx + r]"] if rows else [])
     for arr, fn, at in [("Cf", "prefetch_w", "qc" if rows else "q")] + [(e, "prefetch", "q") for e in full]:
         lines += [f"        {fn}({arr}, {at} + {off})" for off in offs]
     return lines

@@ -44,9 +44,10 @@ ONE_K_PANEL_BYTES = 1536 * 64 * 4
 # Rows of padding (a share of M) from which an NHWC default on a 32-register ISA takes
 # 7-row tiles instead, where those pad less (``_nhwc_default``: M = 49 pads 10% at 6 rows)
 ROW_PADDING = 0.05
-# The runtime dimensions placing a direct conv's output inside a larger zero-bordered array
-# (``core.out_rows``): interior offset (rows, columns), and the array's rows and columns.
-HANDOFF_DIMS = ("OPT", "OPL", "OHP", "OWP")
+# The runtime dimensions placing a direct conv's output inside a larger array (``core.out_rows``):
+# interior offset (rows, columns), the array's rows and columns, its channels per pixel and
+# the first channel written (a zero-bordered image, or a concatenation over channels).
+HANDOFF_DIMS = ("OPT", "OPL", "OHP", "OWP", "OLD", "OCO")
 
 
 def pad_rows(M: int, mr: int) -> float:
@@ -66,7 +67,9 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
     # 9: 64-column window tiles request their output lines paced over K (``core.paces_output``)
     # 10: direct NHWC convs store through a table of output rows (``core.out_rows``) and
     #     take their image already padded (PREPAD): a producer writes its consumer's input
-    version = 10
+    # 11: the table holds each pixel's offset, with the output's channels per pixel (OLD) and
+    #     first channel (OCO): a producer writes its channels of a concatenation in place
+    version = 11
     workload_kind = "conv2d"
     entry = "kernel"
     # Cache blocks are arguments (with the shape and geometry: ``dims``); configs differing in
@@ -357,7 +360,7 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
             # where the output's interior sits (``core.out_rows``): none by default; a build
             # sets them where this conv writes its consumer's padded input
             # (``tuner.compiler.handoff``), and PREPAD where this conv's image comes padded
-            values.update(dict(zip(HANDOFF_DIMS, (0, 0, g["OH"], g["OW"]))))
+            values.update(dict(zip(HANDOFF_DIMS, (0, 0, g["OH"], g["OW"], pl["N"], 0))))
             if (hp, wp) != (g["H"], g["W"]):
                 values["PREPAD"] = 0
             return core.Dims(values, [d for d in self.literal_dims if d not in self.window_runtime_dims])

@@ -36,7 +36,7 @@ import numpy as np
 
 from tuner import settings
 from tuner.compiler.arena import place
-from tuner.compiler.handoff import find_handoffs, runtime_overrides
+from tuner.compiler.handoff import find_channel_slots, find_handoffs, runtime_overrides
 from tuner.compiler.handoff import runtime_args as handoff_args
 from tuner.compiler.module import Module, Step, Summary
 from tuner.compiler.planner import plan_memory
@@ -387,7 +387,14 @@ def build(graph: Graph, *, opt_level: int | None = None, threads: int = 1, db: s
     alias = {n.name: n.inputs[0] for n in groups if kinds[n.name] == "view"}
     alias.update({v: c for v, (c, _) in slots.items()})
     handoffs = find_handoffs(groups, kernels, kinds, alias, set(g.outputs)) if handoff else {}
-    overrides = runtime_overrides(handoffs)
+    # NHWC concatenations over channels whose producers write their channels in place
+    chans = (find_channel_slots(groups, kernels, kinds, alias, set(g.outputs), handoffs)
+             if inplace_concat else {})
+    for s in chans.values():
+        views, kinds[s.concat] = views | {s.concat}, "concat"
+        kernels.pop(s.concat, None)
+        alias[s.value] = s.concat
+    overrides = runtime_overrides(handoffs, chans)
     planned = [n.name for n in groups if n.name not in alias]
     plan = plan_memory(order, {v: types[v].nbytes for v in planned},
                        {v: types[v].dtype for v in planned}, set(g.outputs), alias, own=set(handoffs))
@@ -411,6 +418,8 @@ def build(graph: Graph, *, opt_level: int | None = None, threads: int = 1, db: s
             if v in slots:
                 cat, off = slots[v]
                 a = array_of(cat).reshape(-1)[off: off + t.size].reshape(t.shape)
+            elif v in chans:   # its channels of an NHWC concatenation (strided)
+                a = chans[v].view(array_of(chans[v].concat))
             elif v in alias:
                 a = array_of(alias[v]).reshape(t.shape)
             else:   # its buffer (a hand-off's value: the padded image, border kept zero)
@@ -429,12 +438,14 @@ def build(graph: Graph, *, opt_level: int | None = None, threads: int = 1, db: s
             steps.append(Step(node.name, label, "view", "view", None))
             continue
         k = kernels[node.name]
-        args = tuple(array_of(i) for i in node.inputs) + (array_of(node.name),)
+        # a producer writes the whole array its output is placed in (``handoff``)
+        held = array_of(chans[node.name].concat) if node.name in chans else array_of(node.name)
+        args = tuple(array_of(i) for i in node.inputs) + (held,)
         fn = fns.get(node.name)   # none for a group left to NumPy
         if fn is None:
             fn = _numpy_step(node)
         else:
-            if node.name in overrides:   # a padded hand-off's placement
+            if node.name in overrides:   # a padded hand-off's or a channel slot's placement
                 runtime = handoff_args(k, overrides[node.name])
                 fn = bind_runtime_args(fn.kernel, runtime)
             else:
@@ -446,7 +457,8 @@ def build(graph: Graph, *, opt_level: int | None = None, threads: int = 1, db: s
                           dict(k.config) if k.config is not None else None, k.note,
                           tuple(b.name for b in node.body.nodes if b.is_compute)
                           if node.body is not None else (node.name,),
-                          handoffs[node.name].view(array_of(node.name)) if node.name in handoffs else None))
+                          handoffs[node.name].view(array_of(node.name)) if node.name in handoffs
+                          else array_of(node.name) if node.name in chans else None))
 
     _place_prepared(steps, prepared)
     if threads > 1 and any(s.source not in ("numpy", "view") for s in steps):

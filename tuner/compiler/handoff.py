@@ -14,6 +14,14 @@ once and shared with no other value, and
 Both kernels are the same compiled modules as without the hand-off (the placement is runtime
 arguments), and the results are bit-identical. ``Step.out`` is the value's interior (what
 the graph computes), for step-by-step checks.
+
+The same placement serves NHWC concatenations over channels (``ChannelSlot``): an input's
+channels are not a contiguous slice of the concatenation there (in NCHW they are, and the
+build computes them in place already: ``compile_model._concat_slots``), so where every input
+is a direct conv read by the concatenation alone, each producer stores its pixels OLD
+channels apart from channel OCO on (``core.out_rows``) and the concatenation is a view.
+SqueezeNet's eight fire modules (AMD Zen 4, 2026-12-07): 1.016-1.023x at 1 thread, 1.030x at
+2, bit-identical (docs/models.md, "Concatenations over channels in place").
 """
 from __future__ import annotations
 
@@ -99,12 +107,85 @@ def find_handoffs(groups, kernels: dict, kinds: dict, alias: dict, outputs) -> d
     return out
 
 
-def runtime_overrides(handoffs: dict[str, Handoff]) -> dict[str, dict[str, int]]:
+@dataclass
+class ChannelSlot:
+    """Value ``value``, written by its group into channels ``first`` .. ``first + channels``
+    of the NHWC concatenation ``concat`` (``width`` channels per pixel), which then copies
+    nothing."""
+
+    value: str
+    concat: str
+    first: int
+    channels: int
+    width: int
+
+    def producer_dims(self) -> dict[str, int]:
+        return {"old": self.width, "oco": self.first}
+
+    def view(self, cat: np.ndarray) -> np.ndarray:
+        """The value inside the concatenation's array."""
+        return cat[..., self.first:self.first + self.channels]
+
+
+def _placeable(k, w=None) -> bool:
+    """A direct conv whose output can be placed inside a larger array: its epilogue has no
+    operand sized by the output array (``general``), and it takes the placement dims."""
+    if not _direct(k):
+        return False
+    pw = k.workload
+    if "general" in k.template.epilogue(pw, k.template.plan(pw)).operands.values():
+        return False
+    return set(d.lower() for d in HANDOFF_DIMS) <= set(k.template.runtime_arg_names(pw, k.config))
+
+
+def find_channel_slots(groups, kernels: dict, kinds: dict, alias: dict, outputs,
+                       handoffs: dict) -> dict[str, ChannelSlot]:
+    """The inputs of NHWC concatenations over channels that their producers can write in place
+    (a concatenation whose slices are contiguous is already a view: ``kinds`` "concat"): a
+    group that is one ``concatenate`` on the last axis of 4-D values, every input computed by
+    a direct conv (``_placeable``) of the same dtype, read by that concatenation alone, not a
+    graph output, a view or a hand-off. Value -> its slot."""
+    readers: dict[str, list[str]] = {}
+    for n in groups:
+        for v in set(n.inputs):
+            readers.setdefault(v, []).append(n.name)
+    viewed = set(alias.values()) | set(alias)
+    out: dict[str, ChannelSlot] = {}
+    for node in groups:
+        if kinds.get(node.name) != "kernel" or node.body is None or node.name in outputs:
+            continue
+        ops = [n for n in node.body.nodes if n.is_compute]
+        if len(ops) != 1 or ops[0].op != "concatenate" or len(node.type.shape) != 4:
+            continue
+        cat = ops[0]
+        if cat.attrs["axis"] % 4 != 3 or len(set(node.inputs)) != len(node.inputs):
+            continue
+        pidx = {p.name: k for k, p in enumerate(node.body.inputs)}
+        if any(i not in pidx for i in cat.inputs):
+            continue
+        outer = [node.inputs[pidx[i]] for i in cat.inputs]
+        ok = all(kinds.get(v) == "kernel" and _placeable(kernels.get(v)) and v not in outputs
+                 and v not in viewed and v not in handoffs and readers.get(v) == [node.name]
+                 and kernels[v].workload.dtype == node.type.dtype for v in outer)
+        if not ok:
+            continue
+        width, first = node.type.shape[3], 0
+        for v, p in zip(outer, cat.inputs):
+            c = node.body.type_of(p).shape[3]
+            out[v] = ChannelSlot(v, node.name, first, c, width)
+            first += c
+    return out
+
+
+def runtime_overrides(handoffs: dict[str, Handoff],
+                      slots: dict[str, ChannelSlot] | None = None) -> dict[str, dict[str, int]]:
     """Group -> the runtime dimensions its kernel takes other than its workload's defaults."""
     over: dict[str, dict[str, int]] = {}
     for h in handoffs.values():
         over.setdefault(h.value, {}).update(h.producer_dims())
         over.setdefault(h.consumer, {})["prepad"] = 1
+    for s in (slots or {}).values():
+        over.setdefault(s.value, {}).update(s.producer_dims())
     return over
 
 
