@@ -390,8 +390,9 @@ def build(graph: Graph, *, opt_level: int | None = None, threads: int = 1, db: s
     # NHWC concatenations over channels whose producers write their channels in place
     chans = (find_channel_slots(groups, kernels, kinds, alias, set(g.outputs), handoffs)
              if inplace_concat else {})
+    views = views | {s.concat for s in chans.values()}
     for s in chans.values():
-        views, kinds[s.concat] = views | {s.concat}, "concat"
+        kinds[s.concat] = "concat"
         kernels.pop(s.concat, None)
         alias[s.value] = s.concat
     overrides = runtime_overrides(handoffs, chans)

@@ -63,6 +63,17 @@ def _direct(k) -> bool:
     return t.a_source(t.plan(k.workload), dict(k.config)) == "window_nhwc"
 
 
+def _placeable(k) -> bool:
+    """A direct conv whose output can be placed inside a larger array: its epilogue has no
+    operand sized by the output array (``general``), and it takes the placement dims."""
+    if not _direct(k):
+        return False
+    pw = k.workload
+    if "general" in k.template.epilogue(pw, k.template.plan(pw)).operands.values():
+        return False
+    return set(d.lower() for d in HANDOFF_DIMS) <= set(k.template.runtime_arg_names(pw, k.config))
+
+
 def find_handoffs(groups, kernels: dict, kinds: dict, alias: dict, outputs) -> dict[str, Handoff]:
     """The values a producer can write into its consumer's padded image (see the module
     docstring): both direct convs, the value read by that consumer alone (not a graph output,
@@ -88,15 +99,10 @@ def find_handoffs(groups, kernels: dict, kinds: dict, alias: dict, outputs) -> d
         if len(node.body.users.get(param, ())) != 1:   # also an epilogue operand
             continue
         p = kernels.get(v)
-        if (kinds.get(v) != "kernel" or not _direct(p) or v in outputs or v in viewed
+        if (kinds.get(v) != "kernel" or not _placeable(p) or v in outputs or v in viewed
                 or v in alias or readers.get(v) != [node.name] or node.inputs.count(v) != 1):
             continue
         pw = p.workload
-        pl = p.template.plan(pw)
-        if "general" in p.template.epilogue(pw, pl).operands.values():
-            continue
-        if not set(d.lower() for d in HANDOFF_DIMS) <= set(p.template.runtime_arg_names(pw, p.config)):
-            continue
         g = w.geometry
         pg = pw.geometry
         shape = (g["N"], g["H"], g["W"], g["C"])
@@ -125,17 +131,6 @@ class ChannelSlot:
     def view(self, cat: np.ndarray) -> np.ndarray:
         """The value inside the concatenation's array."""
         return cat[..., self.first:self.first + self.channels]
-
-
-def _placeable(k, w=None) -> bool:
-    """A direct conv whose output can be placed inside a larger array: its epilogue has no
-    operand sized by the output array (``general``), and it takes the placement dims."""
-    if not _direct(k):
-        return False
-    pw = k.workload
-    if "general" in k.template.epilogue(pw, k.template.plan(pw)).operands.values():
-        return False
-    return set(d.lower() for d in HANDOFF_DIMS) <= set(k.template.runtime_arg_names(pw, k.config))
 
 
 def find_channel_slots(groups, kernels: dict, kinds: dict, alias: dict, outputs,
