@@ -414,6 +414,7 @@ def test_nhwc_concatenations_are_written_in_place_by_their_producers(tmp_path, t
     placed = [s for s in m.steps if s.out is not None]
     assert len(placed) == 2 and all(s.args[-1].shape[-1] == 64 for s in placed)
     assert sorted(s.out.shape[-1] for s in placed) == [24, 40]
+    assert "writes channels 24..63 of its concatenation [1, 10, 11, 64] in place" in m.details()
     for seed in (0, 1):
         x = random_inputs(g, seed=seed)
         seen = {}

@@ -39,6 +39,18 @@ class Step:
         """The array of the value this step computes."""
         return self.out if self.out is not None else self.args[-1]
 
+    @property
+    def placement(self) -> str:
+        """Where the step writes its value when that is inside a larger array (``out``)."""
+        if self.out is None:
+            return ""
+        held = self.args[-1]
+        if held.shape[:-1] == self.out.shape[:-1]:   # the same pixels: some of the channels
+            first = (self.out.ctypes.data - held.ctypes.data) // held.itemsize
+            return (f"writes channels {first}..{first + self.out.shape[-1] - 1} of its "
+                    f"concatenation {list(held.shape)} in place")
+        return f"writes its consumer's padded image {list(held.shape)} in place"
+
     def __call__(self) -> None:
         self.fn(*self.args)
 
@@ -264,8 +276,6 @@ class Module:
         for s in self.steps:
             cfg = json.dumps(s.config, sort_keys=True, separators=(",", ":")) if s.config else ""
             note = s.note.rsplit("; ", 1)[-1] if s.source == "fallback" else s.note
-            pad = (f"writes its consumer's padded image {list(s.args[-1].shape)} in place"
-                   if s.out is not None else "")
-            what = "; ".join(x for x in (note, pad, cfg if s.source != "numpy" else "") if x)
+            what = "; ".join(x for x in (note, s.placement, cfg if s.source != "numpy" else "") if x)
             rows.append(f"  {s.source:<8} {s.kind:<9} %{s.name:<24} {s.label:<32} {what}".rstrip())
         return "\n".join(rows)
