@@ -437,6 +437,7 @@ def test_padded_images_are_written_in_place_by_their_producers(tmp_path):
     copy = tuner.build(g, threads=1, db=db, handoff=False)
     assert m.summary.handoffs == 2 and copy.summary.handoffs == 0
     assert sum(s.out is not None for s in m.steps) == 2
+    assert m.details().count("writes its consumer's padded image [1, 12, 13, 32] in place") == 2
     for seed in (0, 1):
         x = random_inputs(g, seed=seed)
         seen = {}   # each step's value when it was computed (later steps reuse buffers)
