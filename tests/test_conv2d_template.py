@@ -604,6 +604,27 @@ def test_seven_by_seven_outputs_take_seven_row_tiles():
     assert t.plan(wide)["M"] == 196 and t.default_config(wide, 1)["mr"] != 7
 
 
+def test_threads_splitting_n_take_panels_that_even_their_columns():
+    """Where the threads split N, 3-vector panels give way to 2-vector ones when those even the
+    threads' columns (``BALANCED_PANELS``): N = 1000 on 2 threads, 21 panels of 48 (528
+    columns on one thread) -> 32 of 32 (512); at 1 thread, and where 48-wide panels split
+    evenly (N = 96, 144), the 3-vector tile stays. Exact."""
+    from search_spaces import isa
+    from search_spaces.templates.conv2d import _widest_share
+
+    if isa.current().registers < 32:
+        pytest.skip("3-vector NHWC tiles are the 32-register ISAs' (AVX2 takes 6 x 2 vectors)")
+    vec = isa.current().fp32_lanes
+    assert _widest_share(1000, 48, 2) == 528 and _widest_share(1000, 32, 2) == 512
+    t = get_template("conv2d")
+    w = conv_workload(512, 13, 1000, 1, 1, 3, residual=False)
+    one, two = t.default_config(w, 1), t.default_config(w, 2)
+    assert one["nr"] == 3 * vec and (two["parallel"], two["nr"], two["mr"]) == ("n", 2 * vec, 8)
+    assert prepared_check(w, two) is None
+    for n in (96, 144):
+        assert t.default_config(conv_workload(64, 13, n, 1, 1, 3, residual=False), 2)["nr"] == 3 * vec
+
+
 def test_window_convs_of_stride_1_and_2_share_a_module():
     """A direct NHWC conv reads its stride once per M block (``pixel_rows``), so the stride
     is an argument there, not a module constant: 3 x 3 layers of stride 1 and 2 with the

@@ -50,6 +50,16 @@ ROW_PADDING = 0.05
 HANDOFF_DIMS = ("OPT", "OPL", "OHP", "OWP", "OLD", "OCO")
 
 
+# Where the threads split N, a 3-vector tile gives way to 2 vectors when that evens the
+# threads' columns (``_nhwc_default``); a switch for A/B comparisons.
+BALANCED_PANELS = True
+
+
+def _widest_share(N: int, nr: int, threads: int) -> int:
+    """Columns of the busiest thread when ``threads`` split N's NR-wide panels."""
+    return -(-(-(-N // nr)) // threads) * nr
+
+
 def pad_rows(M: int, mr: int) -> float:
     """The share of M that MR-row tiles compute in excess: ceil(M / mr) * mr / M - 1."""
     return -(-M // mr) * mr / M - 1
@@ -288,7 +298,15 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
         at 1 thread (7 x 48: 1.06-1.09x, 7 x 64: 0.94-1.07x), 1.02-1.11x at 2; DenseNet-121's
         sixteen 1.06-1.13x, Inception v2's ten 1.07-1.15x (one 1.00); on the layers whose M
         6 divides within 1%, 7 x 32 ran 0.92-1.04x of 6 x 64 (docs/isa.md, "Seven-row tiles
-        for 7 x 7 outputs")."""
+        for 7 x 7 outputs").
+
+        Where the threads split N (``parallel='n'``) and 3-vector panels leave one thread more
+        columns than 2-vector panels would, the tile is 8 x 2 vectors: SqueezeNet's 1000-class
+        conv (M169 N1000 K512) at 2 threads ran 11 + 10 panels of 48 (528 columns on one
+        thread), now 16 + 16 of 32; the model, both builds in one process, 20 and 24
+        alternating rounds: 1.006x and 1.005x (13 and 16 rounds faster), outputs identical; at
+        1 thread 8 x 48 stays (8 x 32 0.94x there, `bench tiles --rows 169`). No other layer of
+        the nine light models changes (AMD Zen 4, 2026-12-07)."""
         vec, N = sp.knob("vec").values[-1], pl["N"]
         big = isa.current().registers >= 32
         if big and N % (4 * vec) == 0:
@@ -304,6 +322,10 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
         # and no packed A block whose size a long block of pixels would grow (direct_conv)
         cfg = default_core_config(sp, pl["M"], pl["N"], pl["K"], max_threads, False, pack_b,
                                   nr=nr, mr=mr, a_bytes=pl["image"] * 4, direct_conv=True)
+        if (BALANCED_PANELS and nr == 3 * vec and cfg["parallel"] == "n"
+                and _widest_share(N, 2 * vec, max_threads) < _widest_share(N, nr, max_threads)):
+            cfg = default_core_config(sp, pl["M"], pl["N"], pl["K"], max_threads, False, pack_b,
+                                      nr=2 * vec, mr=8, a_bytes=pl["image"] * 4, direct_conv=True)
         # One K block (no second pass over the output) up to K = 1536; on AVX2 while a
         # whole-K weight panel is at most ONE_K_PANEL_BYTES (K <= 6144 at 16-wide panels).
         # AMD Zen 2, 1 thread, `bench tiles` (tile_k 512 -> one block of 3072 or 6144):
