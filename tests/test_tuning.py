@@ -155,10 +155,25 @@ class _Fixed:
     def __init__(self, medians):
         self.medians = medians            # config -> list of per-round medians
 
+    def _key(self, c):
+        return c
+
     def measure(self, workload, template, configs, cutoff_s=None):
         from tuner.measure.result import MeasureResult, Status
 
-        return [MeasureResult(Status.OK, [self.medians[c].pop(0)] * 3) for c in configs]
+        return [MeasureResult(Status.OK, [self.medians[self._key(c)].pop(0)] * 3) for c in configs]
+
+
+class _Modes:
+    """A given-timings measurer with a measurement mode: timings by (config, cache_flush)."""
+
+    def __init__(self, medians):
+        super().__init__(medians)
+        from tuner.measure.measurer import MeasureOptions
+        self.opts = MeasureOptions()
+
+    def _key(self, c):
+        return (c, self.opts.cache_flush)
 
 
 @pytest.mark.parametrize("default_times, best_times, accepted", [
@@ -192,19 +207,8 @@ def test_the_guard_refuses_a_noise_winner_and_accepts_a_real_one(store, default_
     assert guard_against_default(store, fake, w, t, target, TuneOptions(progress=False), run) is None
 
 
-class _FixedModes(_Fixed):
+class _FixedModes(_Modes, _Fixed):
     """``_Fixed`` with a measurement mode: timings by (config, cache_flush)."""
-
-    def __init__(self, medians):
-        super().__init__(medians)
-        from tuner.measure.measurer import MeasureOptions
-        self.opts = MeasureOptions()
-
-    def measure(self, workload, template, configs, cutoff_s=None):
-        from tuner.measure.result import MeasureResult, Status
-
-        return [MeasureResult(Status.OK, [self.medians[(c, self.opts.cache_flush)].pop(0)] * 3)
-                for c in configs]
 
 
 @pytest.mark.parametrize("cold_default, cold_best, accepted", [
@@ -314,13 +318,16 @@ class GivenMedians:
     def fresh_runner(self):
         pass
 
+    def _key(self, c):
+        return c
+
     def measure(self, workload, template, configs, cutoff_s=None):
         from tuner.measure.result import MeasureResult, Status
 
-        self.measured += configs
+        self.measured += [self._key(c) for c in configs]
         out = []
         for c in configs:
-            m = self.medians[c]
+            m = self.medians[self._key(c)]
             out.append(MeasureResult(Status.OK, [m.pop(0) if len(m) > 1 else m[0]] * 3))
         return out
 
@@ -367,23 +374,9 @@ def test_a_run_never_ends_on_a_leader_measured_once(store):
     assert sel.config == third and sel.source == "tuned"
 
 
-class GivenModes(GivenMedians):
-    """``GivenMedians`` with a measurement mode: medians by (config, cache_flush)."""
-
-    def __init__(self, medians):
-        super().__init__(medians)
-        from tuner.measure.measurer import MeasureOptions
-        self.opts = MeasureOptions()
-
-    def measure(self, workload, template, configs, cutoff_s=None):
-        from tuner.measure.result import MeasureResult, Status
-
-        self.measured += [(c, self.opts.cache_flush) for c in configs]
-        out = []
-        for c in configs:
-            m = self.medians[(c, self.opts.cache_flush)]
-            out.append(MeasureResult(Status.OK, [m.pop(0) if len(m) > 1 else m[0]] * 3))
-        return out
+class GivenModes(_Modes, GivenMedians):
+    """``GivenMedians`` with a measurement mode: medians (and ``measured``) by (config,
+    cache_flush)."""
 
 
 @pytest.mark.parametrize("third_cold, applied", [(1.5e-3, False), (0.6e-3, True)])

@@ -57,7 +57,8 @@ BALANCED_PANELS = True
 
 def _widest_share(N: int, nr: int, threads: int) -> int:
     """Columns of the busiest thread when ``threads`` split N's NR-wide panels."""
-    return -(-(-(-N // nr)) // threads) * nr
+    panels = -(-N // nr)
+    return -(-panels // threads) * nr
 
 
 def pad_rows(M: int, mr: int) -> float:
