@@ -112,6 +112,7 @@ def test_bench_tiles_times_each_default_against_its_variants(tmp_path):
     four, five = row["variants"]
     assert four["config"]["mr"] == 4 and four["ratio"] > 0 and four["seconds"] > 0
     assert five["config"] is None and five["ratio"] is None      # mr=5 is not in the space
+    assert five["skipped"] == "refused" and "| refused |" in p.stdout   # and the table says so
     rep = tuner("bench", "report", str(out))
     assert rep.returncode == 0 and '{"mr":4}' in rep.stdout
     bad = tuner("bench", "tiles", CONV_BLOCK, "--variants", '[{"nope": 1}]')

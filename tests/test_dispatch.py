@@ -153,3 +153,46 @@ def test_tuner_kernel_caches_its_selection_per_process(db_url):
     dispatch.forget_selections(db_url)
     queries.clear()
     assert tuner.kernel("gemm:9x5x7", threads=1, db=db_url) is not k1 and queries
+
+
+def test_dispatched_calls_check_their_arrays_before_the_compiled_code(db_url):
+    """``tuner.gemm`` and a ``tuner.kernel`` refuse arrays the compiled code would misread or
+    write past (it checks no bounds): wrong count, shape, dtype, a non-contiguous or
+    read-only output, an impossible thread count; each a one-line UsageError, the output
+    untouched. Array-likes and non-contiguous inputs are taken as NumPy would."""
+    import numpy as np
+
+    import tuner
+    from workloads.errors import UsageError
+
+    A = np.ones((8, 8), np.float32)
+    with pytest.raises(UsageError, match="dtype 'int64' not supported"):
+        tuner.gemm([[1, 2]], [[1], [2]], threads=1)        # a list is an array (of int64)
+    for bad in (np.zeros((4, 4), np.float32), np.zeros((8, 8), np.float64),
+                np.zeros((8, 16), np.float32)[:, ::2], np.zeros((8, 8), np.float32, order="F")):
+        before = bad.copy()
+        with pytest.raises(UsageError, match=r"out= must be a writable C-contiguous array of shape \(8, 8\)"):
+            tuner.gemm(A, A, threads=1, out=bad)
+        np.testing.assert_array_equal(bad, before)
+    for threads in (0, -1, 10**6):
+        with pytest.raises(UsageError, match="this machine allows 1.."):
+            tuner.gemm(A, A, threads=threads)
+        with pytest.raises(UsageError, match="this machine allows 1.."):
+            tuner.kernel("gemm:8x8x8", threads=threads)
+    out = np.zeros((8, 8), np.float32)
+    tuner.gemm(A, A, threads=1, out=out)
+    np.testing.assert_array_equal(out, A @ A)
+
+    k = tuner.kernel("gemm:8x8x4", threads=1, db=db_url)      # A 8x4, B 4x8
+    A4, B4 = np.ones((8, 4), np.float32), np.ones((4, 8), np.float32)
+    cases = [((A4, B4), "takes 2 input.s. then 1 output.s.; got 2 arrays"),
+             ((A4, B4, np.zeros((8, 4), np.float32)), r"output 0 must have shape \(8, 8\)"),
+             ((A4.astype(np.float64), B4, np.zeros((8, 8), np.float32)), "input 0 must have .* float32"),
+             ((A4, B4, np.broadcast_to(np.zeros(8, np.float32), (8, 8))), "read-only"),
+             ((A4, B4, np.zeros((8, 8), np.float32).T.copy(order="F")), "not C-contiguous")]
+    for arrays, message in cases:
+        with pytest.raises(UsageError, match=message):
+            k(*arrays)
+    C = np.zeros((8, 8), np.float32)
+    k(np.ones((8, 8), np.float32)[:, ::2], B4, C)             # a strided input is copied
+    np.testing.assert_array_equal(C, A4 @ B4)

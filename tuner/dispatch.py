@@ -30,7 +30,7 @@ from tuner import settings
 from tuner.db import store as store_mod
 from tuner.db.store import Best, Store
 from workloads.errors import NoRecordError, UsageError
-from tuner.target import Target, host_target, require_runnable, usable_cores
+from tuner.target import Target, host_target, require_runnable, thread_count, usable_cores
 
 _WARNED: set[tuple] = set()
 _LOCK = threading.Lock()
@@ -169,6 +169,13 @@ def open_store(url: str | None = None, create: bool = True) -> Store:
     return _STORES[url]
 
 
+def _describe(a) -> str:
+    if not isinstance(a, np.ndarray):
+        return type(a).__name__
+    layout = "" if a.flags.c_contiguous else ", not C-contiguous"
+    return f"shape {a.shape}, dtype {a.dtype}{layout}" + ("" if a.flags.writeable else ", read-only")
+
+
 class Kernel:
     """A compiled kernel with its selected config: call it with the workload's input arrays
     then its output arrays (written in place); Numba's thread pool is set to the config's
@@ -182,12 +189,37 @@ class Kernel:
         import numba
 
         self.threads = min(template.threads(selection.config), numba.config.NUMBA_NUM_THREADS)
+        self._n_inputs = len(workload.input_specs())
+        self._specs = [(tuple(int(d) for d in shape), np.dtype(dtype))
+                       for shape, dtype in workload.input_specs() + workload.output_specs()]
 
     def __call__(self, *arrays):
+        """Run the kernel on the workload's inputs then its outputs. Each array is checked
+        against the workload (shape, dtype; outputs C-contiguous and writable; inputs made
+        contiguous) before the compiled code, which does not check bounds, sees it."""
         import numba
 
+        arrays = self.checked(arrays)
         numba.set_num_threads(self.threads)
         return self.fn(*arrays)
+
+    def checked(self, arrays: tuple) -> tuple:
+        """``arrays`` as the compiled kernel may take them, or a one-line UsageError."""
+        if len(arrays) != len(self._specs):
+            raise UsageError(f"{self.workload.kind} kernel takes {self._n_inputs} input(s) then "
+                             f"{len(self._specs) - self._n_inputs} output(s); got {len(arrays)} arrays")
+        out = []
+        for i, (a, (shape, dtype)) in enumerate(zip(arrays, self._specs)):
+            role = f"input {i}" if i < self._n_inputs else f"output {i - self._n_inputs}"
+            if i < self._n_inputs:
+                a = np.ascontiguousarray(a)
+            elif not isinstance(a, np.ndarray) or not a.flags.c_contiguous or not a.flags.writeable:
+                raise UsageError(f"{role} must be a writable C-contiguous array of shape {shape} "
+                                 f"and dtype {dtype}; got {_describe(a)}")
+            if a.shape != shape or a.dtype != dtype:
+                raise UsageError(f"{role} must have shape {shape} and dtype {dtype}; got {_describe(a)}")
+            out.append(a)
+        return tuple(out)
 
     def __repr__(self) -> str:
         return f"Kernel({self.workload}, {self.template.name} v{self.template.version}, {self.source})"
@@ -202,7 +234,8 @@ def kernel(spec, *, threads: int | None = None, db: str | None = None, strict: b
 
     w = workloads.from_spec(spec)
     url = settings.db_url(db)
-    key = (url, "kernel", w.key, template, threads or usable_cores(), bool(strict))
+    key = (url, "kernel", w.key, template, usable_cores() if threads is None else threads,
+           bool(strict))
     return _selected(key, lambda: (w, template_for(w, template)))[0]
 
 
@@ -221,7 +254,7 @@ def _selected(key: tuple, make) -> tuple:
     hit = _SELECTED.get(key)
     if hit is not None and hit[0] == store_mod.writes(key[0]):
         return hit[1:]
-    url, threads, strict = key[0], key[-2], key[-1]
+    url, threads, strict = key[0], thread_count(key[-2]), key[-1]   # checked once per key
     w, template = make()
     written = store_mod.writes(url)
     k = Kernel(w, template, select_config(w, template, open_store(url), threads=threads, strict=strict))
@@ -269,17 +302,27 @@ def _gemm_dtype(A: np.ndarray, B: np.ndarray, weights7: bool) -> str:
 def gemm(A: np.ndarray, B: np.ndarray, *, threads: int | None = None, db: str | None = None,
          strict: bool = False, out: np.ndarray | None = None, weights7: bool = False) -> np.ndarray:
     """C = A @ B with the best tuned kernel for this shape, dtype and target (or a fallback).
-    uint8 A x int8 B gives int32 C (``weights7``: B in [-64, 64], the int8w7 workload)."""
+    uint8 A x int8 B gives int32 C (``weights7``: B in [-64, 64], the int8w7 workload).
+    ``out``: a writable C-contiguous array of C's shape and dtype to write into."""
+    A = A if isinstance(A, np.ndarray) else np.asarray(A)
+    B = B if isinstance(B, np.ndarray) else np.asarray(B)
     if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0]:
         raise UsageError(f"gemm needs A[M,K] and B[K,N]; got {A.shape} and {B.shape}")
     url = settings.db_url(db)
     key = (url, int(A.shape[0]), int(B.shape[1]), int(A.shape[1]), _gemm_dtype(A, B, weights7),
-           threads or usable_cores(), bool(strict))
+           usable_cores() if threads is None else threads, bool(strict))
     k, out_dtype = _gemm_kernel(key)
     import numba
 
     if numba.get_num_threads() != k.threads:
         numba.set_num_threads(k.threads)
-    C = out if out is not None else np.empty((key[1], key[2]), dtype=out_dtype)
+    if out is None:
+        C = np.empty((key[1], key[2]), dtype=out_dtype)
+    elif (not isinstance(out, np.ndarray) or out.shape != (key[1], key[2]) or out.dtype != out_dtype
+          or not out.flags.c_contiguous or not out.flags.writeable):
+        raise UsageError(f"out= must be a writable C-contiguous array of shape {(key[1], key[2])} "
+                         f"and dtype {np.dtype(out_dtype)}; got {_describe(out)}")
+    else:
+        C = out
     k.fn(np.ascontiguousarray(A), np.ascontiguousarray(B), C)
     return C

@@ -6,8 +6,9 @@ and each variant (the default with the variant's knobs replaced, then ``repair``
 space's rules) are timed by the tuning worker in one batch, then again in the opposite order;
 each config keeps the better of its two medians (this VM's slow streaks last longer than a
 batch: a one-order A/B had shown 1.24x "wins" the reverse order did not repeat). A ratio is
-default time / variant time (> 1: the variant is faster); a variant the space refuses, or
-equal to the default after repair, has none. ``rows``: only tasks whose GEMM has that many
+default time / variant time (> 1: the variant is faster); a variant the space refuses, one
+equal to the default after repair, or one that failed has none, and its cell says which
+("refused", "= default", or the failure's status). ``rows``: only tasks whose GEMM has that many
 rows (M = 49: the 7 x 7 layers).
 """
 from __future__ import annotations
@@ -29,7 +30,8 @@ def parse_variants(text: str) -> list[dict]:
 
 
 def variant_config(template, space, default, changes: dict):
-    """The default with ``changes``, repaired to the space (None: refused, or the default)."""
+    """The default with ``changes``, repaired to the space; "refused" where the space cannot
+    hold it, "= default" where the repair gives the default back."""
     from search_spaces.gemm_engine.space import repair
 
     unknown = set(changes) - {k.name for k in space.knobs}
@@ -39,8 +41,10 @@ def variant_config(template, space, default, changes: dict):
     try:
         cfg = repair(space, {**default, **changes})
     except Exception:  # noqa: BLE001 - a value the space cannot hold: no row for it
-        return None
-    return None if space.violation(cfg) or cfg == default else cfg
+        return "refused"
+    if space.violation(cfg):
+        return "refused"
+    return "= default" if cfg == default else cfg
 
 
 def bench_tiles(graph, variants: Sequence[dict], *, threads: int = 1, tasks: int = 12,
@@ -66,7 +70,7 @@ def bench_tiles(graph, variants: Sequence[dict], *, threads: int = 1, tasks: int
             space = tpl.space(t.workload, threads)
             default = tpl.default_config(t.workload, threads)
             cfgs = [default] + [variant_config(tpl, space, default, v) for v in variants]
-            batch = [c for c in cfgs if c is not None]
+            batch = [c for c in cfgs if not isinstance(c, str)]
             best: dict[str, float] = {}
             errors: dict[str, str] = {}
             for order in (batch, batch[::-1]):
@@ -80,10 +84,12 @@ def bench_tiles(graph, variants: Sequence[dict], *, threads: int = 1, tasks: int
                    "gemm": gemm_label(gemm_equivalent(t.key)) or "-", "default": dict(default),
                    "default_s": base, "variants": []}
             for v, c in zip(variants, cfgs[1:]):
-                s = best.get(c.hash) if c is not None else None
-                row["variants"].append({"changes": v, "config": dict(c) if c is not None else None,
-                                        "seconds": s, "error": errors.get(c.hash) if c is not None else None,
-                                        "ratio": base / s if base and s else None})
+                timed = not isinstance(c, str)
+                s = best.get(c.hash) if timed else None
+                row["variants"].append({"changes": v, "config": dict(c) if timed else None,
+                                        "seconds": s, "error": errors.get(c.hash) if timed else None,
+                                        "ratio": base / s if base and s else None,
+                                        "skipped": None if timed else c})
             rows.append(row)
             log(row_line(row))
     return {"kind": "bench-tiles", "model": graph.name, "threads": threads, "opt_level": opt_level,
@@ -94,9 +100,20 @@ def bench_tiles(graph, variants: Sequence[dict], *, threads: int = 1, tasks: int
 def row_line(row: dict) -> str:
     d = row["default"]
     tile = f"{d.get('mr')} x {d.get('nr')}" if "mr" in d else "-"
-    ratios = " | ".join(f"{v['ratio']:.2f}" if v["ratio"] else "-" for v in row["variants"])
+    ratios = " | ".join(_cell(v) for v in row["variants"])
     ms = f"{row['default_s'] * 1e3:.3f}" if row["default_s"] else "-"
     return f"| {row['gemm']} x{row['occurrences']} | {tile} | {ms} | {ratios} |"
+
+
+def _cell(v: dict) -> str:
+    """A variant's ratio, or why it has none."""
+    if v["ratio"]:
+        return f"{v['ratio']:.2f}"
+    if v.get("skipped"):
+        return v["skipped"]
+    if v.get("error"):
+        return v["error"].split(":", 1)[0]
+    return "-"
 
 
 def tiles_markdown(data: dict) -> str:
