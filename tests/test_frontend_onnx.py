@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -368,3 +369,60 @@ def test_missing_onnx_package_is_a_usage_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "onnx", None)
     with pytest.raises(UsageError, match=r"pip install 'tuner\[onnx\]'"):
         front.require_onnx()
+
+
+def _symbolic_conv():
+    """Conv + Relu over an input N x 3 x H x W (three symbolic dimensions)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, "H", "W"])
+    w = numpy_helper.from_array(rand(4, 3, 3, 3), "w")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                           helper.make_node("Relu", ["c"], ["y"])], "sym", [x], [y], [w])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_symbolic_input_dimensions_take_the_given_shape_and_nothing_else():
+    """A symbolic dimension other than the first needs a given shape (the error says how); a
+    given shape sets the symbolic dimensions and keeps the model's rank and fixed ones (as
+    ONNX Runtime does); a name that is no input, or a batch for a model whose batch is fixed,
+    is refused."""
+    model = _symbolic_conv()
+    with pytest.raises(UsageError, match=r"symbolic dimension 2 \(H\); give its shape "
+                                         r"\(--input-shape x=Nx3xHxW\)"):
+        from_model(model)
+    graph = from_model(model, shapes={"x": (2, 3, 9, 7)})
+    assert graph.inputs[0].type.shape == (2, 3, 9, 7)
+    x = rand(2, 3, 9, 7)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(execute(graph, [x])[0], sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    for bad in ((2, 4, 9, 7), (2, 3, 9), (0, 3, 9, 7)):
+        with pytest.raises(UsageError, match=r"input 'x' is Nx3xHxW in the model; .* does not fit it"):
+            from_model(model, shapes={"x": bad})
+    with pytest.raises(UsageError, match=r"no graph input named 'y' \(inputs: x\)"):
+        from_model(model, shapes={"x": (1, 3, 4, 4), "y": (1, 4, 4, 4)})
+    fixed = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": rand(1, 4)}, ["y"])
+    assert from_model(fixed, batch=1).inputs[0].type.shape == (1, 4)
+    with pytest.raises(UsageError, match="no input left with a symbolic first dimension"):
+        from_model(fixed, batch=2)
+
+
+def test_cli_model_commands_take_input_shapes(tmp_path):
+    """``--input-shape NAME=DIMS`` on build / verify / tasks: a model with symbolic dimensions
+    builds and matches ONNX Runtime; a malformed value, a shape the model refuses and an IR
+    text given a shape are one-line errors."""
+    from test_cli import assert_one_line_error, tuner
+
+    path = str(tmp_path / "sym.onnx")
+    onnx.save(_symbolic_conv(), path)
+    env = {"TUNER_DB": f"sqlite:///{tmp_path / 't.db'}"}
+    p = tuner("verify", path, "--threads", "1", "--input-shape", "x=2x3x10x6", "--random-weights", "3", env=env)
+    assert p.returncode == 0 and "y [2, 4, 10, 6]" in p.stdout and "PASS" in p.stdout, p.stdout + p.stderr
+    p = tuner("tasks", path, "--threads", "1", "--input-shape", "x=1x3x12x12", env=env)
+    assert p.returncode == 0 and "1x12x12x3" in p.stdout, p.stdout + p.stderr
+    assert_one_line_error(tuner("build", path, env=env))                   # H and W unknown
+    for bad in ("x2x3", "x=1x3x0x4", "x=1x3xax4", "x=1x5x8x8"):
+        assert_one_line_error(tuner("build", path, "--input-shape", bad, env=env))
+    text = str(Path(__file__).resolve().parents[1] / "workloads" / "graphs" / "conv_block.txt")
+    p = tuner("passes", text, "--input-shape", "x=1x3x8x8")
+    assert_one_line_error(p)
+    assert "apply to .onnx models" in p.stderr

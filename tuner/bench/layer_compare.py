@@ -58,7 +58,7 @@ def ort_node_times(model_bytes: bytes, feed: dict, threads: int, *, warmup: int 
 
 def compare_layers(path: str, threads_list: list[int], *, seed: int = 0, repeat: int = 15,
                    opt_level: int | None = None, tuned: bool = True, db: str | None = None,
-                   log=print) -> dict:
+                   shapes: dict | None = None, log=print) -> dict:
     from tuner.bench.hotspots import gemm_equivalent, gemm_label
     from tuner.bench.model_bench import SETTLE_SECONDS, model_versions
     from tuner.compiler.compile_model import build
@@ -66,7 +66,7 @@ def compare_layers(path: str, threads_list: list[int], *, seed: int = 0, repeat:
     from tuner.target import host_target
     from workloads.graph.executor import random_inputs
 
-    model, graph = prepare(path, seed)
+    model, graph = prepare(path, seed, shapes=shapes)   # shapes: its symbolic input dimensions
     inputs = random_inputs(graph, seed=1)
     feed = {p.name: x for p, x in zip(graph.inputs, inputs)}
     original = {n.name: list(n.output) for n in model.graph.node if n.name}   # ORT keeps these names

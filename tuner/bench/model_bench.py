@@ -114,7 +114,7 @@ def _top1(outputs: list[np.ndarray], reference: list[np.ndarray]) -> float:
 def bench_model(path: str, threads_list: list[int], *, groups: str = "ANBCD", seed: int = 0,
                 repeat: int = 20, rounds: int = 10, db: str | None = None, jobs: int | None = None,
                 calibration: int = 16, agreement: int = 200, calib_method: str = "minmax",
-                log: Callable[[str], None] = print) -> dict:
+                shapes: dict | None = None, log: Callable[[str], None] = print) -> dict:
     from threadpoolctl import threadpool_limits
 
     from tuner.compiler.compile_model import build
@@ -122,7 +122,7 @@ def bench_model(path: str, threads_list: list[int], *, groups: str = "ANBCD", se
     from workloads.graph.executor import execute, random_inputs
     from tuner.target import host_target
 
-    model, graph = prepare(path, seed)
+    model, graph = prepare(path, seed, shapes=shapes)   # shapes: its symbolic input dimensions
     inputs = random_inputs(graph, seed=1)
     feed = {p.name: x for p, x in zip(graph.inputs, inputs)}
     model_bytes = model.SerializeToString()

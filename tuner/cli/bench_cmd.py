@@ -7,7 +7,7 @@ import datetime as dt
 import json
 from pathlib import Path
 
-from tuner.cli.common import add_db_arg, open_store
+from tuner.cli.common import add_db_arg, add_input_shape_args, open_store
 
 
 def register(sub) -> None:
@@ -43,6 +43,7 @@ def register(sub) -> None:
     mb = bsub.add_parser("model", help="model latency: built (groups B-D) vs ONNX Runtime and the NumPy executor")
     mb.add_argument("model", metavar="MODEL", nargs="+",
                     help="one or more .onnx models (extra .[onnx]); several give one summary table")
+    add_input_shape_args(mb)
     mb.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     mb.add_argument("--groups", default="ANBCD",
                     help="A ONNX Runtime, N NumPy executor, B no passes, C + passes, D + tuned, L + passes in NHWC (O3), M L + tuned, "
@@ -65,6 +66,7 @@ def register(sub) -> None:
     ly = bsub.add_parser("layers", help="each kernel of a built model beside the ONNX Runtime "
                                         "nodes computing the same values (both profiled, same run)")
     ly.add_argument("model", metavar="MODEL", help=".onnx model (extra .[onnx])")
+    add_input_shape_args(ly)
     ly.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     ly.add_argument("--repeat", type=int, default=15, help="profiled runs per side (medians)")
     ly.add_argument("--top", type=int, default=20, help="rows printed, by our time minus ORT's")
@@ -322,6 +324,7 @@ def run_ladder(args) -> int:
 
 
 def run_model(args) -> int:
+    from tuner.cli.common import input_shapes
     from tuner.bench.model_bench import GROUPS, bench_model, models_markdown, table_markdown, write_results
     from workloads.errors import UsageError
 
@@ -339,7 +342,8 @@ def run_model(args) -> int:
     results = [bench_model(model, threads, groups=args.groups, seed=args.seed, repeat=args.repeat,
                            rounds=args.rounds,
                            db=args.db, jobs=args.jobs, calibration=args.calibration,
-                           agreement=args.agreement, calib_method=args.calib_method)
+                           agreement=args.agreement, calib_method=args.calib_method,
+                           shapes=input_shapes(args).get("shapes"))
                for model in args.model]
     data = results[0] if len(results) == 1 else {"kind": "bench-models", "models": results}
     path = write_results(data, _out(args, "model"))
@@ -353,6 +357,7 @@ def run_model(args) -> int:
 
 
 def run_layers(args) -> int:
+    from tuner.cli.common import input_shapes
     from tuner.bench.layer_compare import compare_layers, layers_markdown
     from tuner.bench.model_bench import write_results
     from workloads.errors import UsageError
@@ -364,7 +369,8 @@ def run_layers(args) -> int:
     if args.opt_level is not None and args.opt_level not in (0, 1, 2, 3):
         raise UsageError(f"-O must be 0..3, got {args.opt_level}")
     data = compare_layers(args.model, threads, seed=args.seed, repeat=args.repeat,
-                          opt_level=args.opt_level, tuned=not args.untuned, db=args.db)
+                          opt_level=args.opt_level, tuned=not args.untuned, db=args.db,
+                          shapes=input_shapes(args).get("shapes"))
     path = write_results(data, _out(args, "layers"))
     print(layers_markdown(data, args.top))
     print(f"\nwrote {path}")

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 def add_model_build_args(p) -> None:
     """Options shared by build, run-model and verify."""
-    from tuner.cli.common import add_db_arg, add_threads_arg
+    from tuner.cli.common import add_db_arg, add_input_shape_args, add_threads_arg
 
     p.add_argument("model", metavar="MODEL", help="model file: .onnx (extra .[onnx]) or IR text")
+    add_input_shape_args(p)
     add_threads_arg(p)
     add_db_arg(p)
     p.add_argument("--opt-level", "-O", type=int, default=None, choices=range(4), metavar="N",
@@ -79,20 +80,14 @@ def register(sub) -> None:
 def build_module(args, graph=None):
     """Build ``args.model`` (or ``graph``) with the shared options; returns the module."""
     from tuner.compiler import build
-    from tuner.cli.common import threads_of
+    from tuner.cli.common import model_graph, threads_of
     from workloads.errors import UsageError
-    from tuner.frontend import load_model
 
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
     int8 = int8_options(args)
-    seed = getattr(args, "random_weights", None)
-    if graph is None and seed is not None:
-        if not args.model.endswith(".onnx"):
-            raise UsageError("--random-weights applies to .onnx models")
-        from tuner.compiler.verify_model import prepare
-        graph = prepare(args.model, seed)[1]
-    graph = graph if graph is not None else load_model(args.model)
+    if graph is None:
+        graph = model_graph(args, seed=getattr(args, "random_weights", None))
     return build(graph, opt_level=args.opt_level, threads=threads_of(args), db=args.db,
                  strict=args.strict, tuned=not args.untuned, jobs=args.jobs, int8=int8 or False)
 

@@ -25,6 +25,52 @@ def add_threads_arg(p: argparse.ArgumentParser) -> None:
                    help="thread budget (default: all usable cores)")
 
 
+def add_input_shape_args(p: argparse.ArgumentParser) -> None:
+    """``--input-shape``: the symbolic input dimensions of an ONNX model."""
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
+                   help="an ONNX input's shape, e.g. data=8x3x224x224: sets the model's symbolic "
+                        "dimensions (a symbolic first one is 1 otherwise; the fixed ones must "
+                        "match); repeat for several inputs")
+
+
+def input_shapes(args) -> dict:
+    """``{"shapes": {name: shape}}`` from ``--input-shape`` (empty without one), for
+    ``tuner.frontend.load_model``."""
+    from workloads.errors import UsageError
+
+    shapes = {}
+    for text in getattr(args, "input_shape", None) or []:
+        name, sep, dims = text.rpartition("=")
+        try:
+            shape = tuple(int(d) for d in dims.split("x"))
+        except ValueError:
+            shape = ()
+        if not sep or not name or not shape or min(shape) < 1:
+            raise UsageError(f"--input-shape wants NAME=DIMS with positive sizes, e.g. "
+                             f"data=1x3x224x224; got {text!r}")
+        if name in shapes:
+            raise UsageError(f"--input-shape gives {name!r} twice")
+        shapes[name] = shape
+    return {"shapes": shapes} if shapes else {}
+
+
+def model_graph(args, path: str | None = None, seed: int | None = None):
+    """The graph of ``path`` (default ``args.model``), its input shapes from ``--input-shape``;
+    an ``.onnx`` model with its float weights replaced by ``seed``'s random
+    ones (``--random-weights``) when ``seed`` is given."""
+    from tuner.frontend import load_model
+    from workloads.errors import UsageError
+
+    path = path or args.model
+    shapes = input_shapes(args)
+    if seed is None:
+        return load_model(path, **shapes)
+    if not path.endswith(".onnx"):
+        raise UsageError("--random-weights applies to .onnx models")
+    from tuner.compiler.verify_model import prepare
+    return prepare(path, seed, **shapes)[1]
+
+
 def threads_of(args) -> int:
     from tuner.target import thread_count
 

@@ -27,14 +27,13 @@ def register(sub) -> None:
 
 def run_model(args) -> int:
     from tuner.cli.build_cmd import build_module
-    from tuner.cli.common import fmt_time, print_json
+    from tuner.cli.common import fmt_time, model_graph, print_json
     from workloads.errors import UsageError
-    from tuner.frontend import load_model
     from workloads.graph.executor import random_inputs
 
     if args.repeat < 1 or args.warmup < 0:
         raise UsageError("--repeat must be >= 1 and --warmup >= 0")
-    graph = load_model(args.model)
+    graph = model_graph(args)
     module = build_module(args, graph)
     inputs = random_inputs(graph, seed=args.seed)
     t = module.time(inputs, warmup=args.warmup, repeat=args.repeat, max_seconds=1e9)
@@ -56,18 +55,10 @@ def run_verify_int8(args) -> int:
     """``verify --int8``: the int8 build against the NumPy executor of its quantized graph,
     kernel by kernel (integers exactly) and end to end."""
     from tuner.cli.build_cmd import build_module
-    from tuner.cli.common import print_json
+    from tuner.cli.common import model_graph, print_json
     from tuner.compiler.verify_model import verify_int8
-    from tuner.frontend import load_model
 
-    if args.random_weights is not None:
-        if not args.model.endswith(".onnx"):
-            from workloads.errors import UsageError
-            raise UsageError("--random-weights applies to .onnx models")
-        from tuner.compiler.verify_model import prepare
-        graph = prepare(args.model, args.random_weights)[1]
-    else:
-        graph = load_model(args.model)
+    graph = model_graph(args, seed=args.random_weights)
     module = build_module(args, graph)
     rtol = 1e-5 if args.rtol == 1e-3 else args.rtol
     atol = 1e-6 if args.atol == 1e-4 else args.atol
@@ -95,7 +86,7 @@ def run_verify_int8(args) -> int:
 
 def run_verify(args) -> int:
     from tuner.compiler.verify_model import verify_onnx
-    from tuner.cli.common import print_json, threads_of
+    from tuner.cli.common import input_shapes, print_json, threads_of
     from workloads.errors import UsageError
 
     if args.int8:
@@ -110,7 +101,7 @@ def run_verify(args) -> int:
     res = verify_onnx(args.model, seed=args.random_weights, threads=threads_of(args),
                       opt_level=args.opt_level, input_seed=args.input_seed, rtol=args.rtol,
                       atol=args.atol, db=args.db, strict=args.strict, tuned=not args.untuned,
-                      jobs=args.jobs)
+                      jobs=args.jobs, **input_shapes(args))
     if args.json:
         print_json({"model": args.model, "ok": res.ok, "rtol": res.rtol, "atol": res.atol,
                     "random_weights": args.random_weights, "summary": res.summary,

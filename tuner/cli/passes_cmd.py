@@ -10,11 +10,15 @@ import argparse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from tuner.cli.common import add_input_shape_args
+
     p = subparsers.add_parser(
         "passes", help="run graph passes on a model graph and show the IR after each",
-        description="Run the default pass pipeline of an opt level on a graph in text form "
-                    "(.txt; ONNX files once the frontend exists) and report what each pass did.")
-    p.add_argument("file", metavar="FILE", help="graph in text form (see README: Graph IR)")
+        description="Run the default pass pipeline of an opt level on a model (.onnx or the "
+                    "IR text form) and report what each pass did.")
+    p.add_argument("file", metavar="FILE", help="model: .onnx or graph in IR text form "
+                   "(docs/graph-ir.md)")
+    add_input_shape_args(p)
     p.add_argument("--opt-level", "-O", type=int, default=None, choices=range(4), metavar="N",
                    help="0..3 (default as build: 3, 2 for a quantized graph); "
                         "see README for the passes of each level")
@@ -40,11 +44,10 @@ def run(args: argparse.Namespace) -> int:
     from workloads.graph.passes.pipeline import DEFAULT_MAX_GROUP_SIZE
     from workloads.graph.text import to_text
 
-    from tuner.frontend import load_model
-
+    from tuner.cli.common import model_graph
     from tuner.compiler.compile_model import default_opt_level
 
-    graph = load_model(args.file)
+    graph = model_graph(args, args.file)
     args.opt_level = default_opt_level(graph, args.opt_level)
     disabled = {d.strip() for item in args.disable for d in item.split(",") if d.strip()}
     if args.max_group_size is not None and args.max_group_size < 1:

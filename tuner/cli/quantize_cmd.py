@@ -15,11 +15,14 @@ REPORT_SEED = 10_000   # report inputs use seeds from here: never the calibratio
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from tuner.cli.common import add_input_shape_args
+
     p = subparsers.add_parser(
         "quantize", help="INT8-quantize a model graph (calibration, coverage, accuracy report)",
         description="Quantize a model (.onnx or IR text) to uint8 activations / int8 weights "
                     "and report FP32 vs INT8.")
     p.add_argument("model", metavar="MODEL", help=".onnx file or graph in IR text form")
+    add_input_shape_args(p)
     p.add_argument("--calibration", default="32", metavar="N|FILE",
                    help="N seeded random inputs (default 32) or a .npy/.npz file of real inputs")
     p.add_argument("--calib-method", "--method", dest="method", default="minmax",
@@ -48,15 +51,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _load(args):
+    from tuner.cli.common import input_shapes, model_graph
     from workloads.errors import UsageError
-    from tuner.frontend import load_model
 
     if args.random_weights is not None:
         if not args.model.endswith(".onnx"):
             raise UsageError("--random-weights applies to .onnx models")
         from tuner.compiler.verify_model import prepare
-        return prepare(args.model, args.random_weights)
-    graph = load_model(args.model)
+        return prepare(args.model, args.random_weights, **input_shapes(args))
+    graph = model_graph(args)
     if args.model.endswith(".onnx"):
         from tuner.frontend.onnx import read_model
         return read_model(args.model), graph

@@ -12,10 +12,11 @@ from tuner import settings
 
 
 def register(sub) -> None:
-    from tuner.cli.common import add_db_arg, add_threads_arg
+    from tuner.cli.common import add_db_arg, add_input_shape_args, add_threads_arg
 
     p = sub.add_parser("tasks", help="list a model's fused subgraphs as workloads (tuning tasks)")
     p.add_argument("model", metavar="MODEL", help="model file: .onnx or IR text")
+    add_input_shape_args(p)
     p.add_argument("--opt-level", "-O", type=int, default=None, choices=range(4), metavar="N",
                    help="graph pass pipeline 0..3 (default as build: 3, 2 with --int8)")
     add_threads_arg(p)
@@ -26,15 +27,15 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from tuner.cli.common import open_store, print_json, threads_of
+    from tuner.cli.common import model_graph, open_store, print_json, threads_of
     from tuner.target import host_target
-    from tuner.tasks import extract_tasks, load_graph, shares
+    from tuner.tasks import extract_tasks, shares
 
     from tuner.compiler.compile_model import default_opt_level
 
     threads = threads_of(args)
     store, target = open_store(args), host_target()
-    graph = load_graph(args.model)
+    graph = model_graph(args)
     args.opt_level = default_opt_level(graph, args.opt_level)
     tasks = extract_tasks(graph, opt_level=args.opt_level, store=store,
                           target=target, threads=threads)
@@ -66,20 +67,13 @@ def run(args) -> int:
     return 0
 
 
-def int8_graph(model: str, int8, random_weights: int | None, db: str | None):
-    """The quantized graph of ``model`` a ``build --int8`` of the same options compiles."""
-    from tuner.frontend import load_model
+def int8_graph(args, int8):
+    """The quantized graph of ``args.model`` a ``build --int8`` of the same options compiles."""
+    from tuner.cli.common import model_graph
     from tuner.quant.flow import quantize_for_build
-    from workloads.errors import UsageError
 
-    if random_weights is not None:
-        if not model.endswith(".onnx"):
-            raise UsageError("--random-weights applies to .onnx models")
-        from tuner.compiler.verify_model import prepare
-        graph = prepare(model, random_weights)[1]
-    else:
-        graph = load_model(model)
-    return quantize_for_build(graph, int8, db).quantized.graph
+    graph = model_graph(args, seed=getattr(args, "random_weights", None))
+    return quantize_for_build(graph, int8, args.db).quantized.graph
 
 
 def tune_model_cmd(args) -> int:
@@ -87,7 +81,7 @@ def tune_model_cmd(args) -> int:
     import shlex
     import sys
 
-    from tuner.cli.common import open_store, print_json, threads_of
+    from tuner.cli.common import model_graph, open_store, print_json, threads_of
     from workloads.errors import UsageError
     from tuner.measure.measurer import MeasureOptions
     from tuner.search import STRATEGIES
@@ -115,9 +109,9 @@ def tune_model_cmd(args) -> int:
         print(f"budget   : {args.trials} trials over the model's tasks, strategy {args.strategy}")
     from tuner.cli.build_cmd import int8_options
     int8 = int8_options(args)
-    graph = args.model
+    graph = model_graph(args) if args.input_shape else args.model   # a path: named so in the report
     if int8 is not None:
-        graph = int8_graph(args.model, int8, getattr(args, "random_weights", None), args.db)
+        graph = int8_graph(args, int8)
         if not args.json:
             print(f"int8     : tasks of the quantized graph (calibration {int8.method} on "
                   f"{int8.calibration}{'' if args.random_weights is None else f', random weights {args.random_weights}'})")

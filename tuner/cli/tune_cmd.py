@@ -4,8 +4,8 @@ from __future__ import annotations
 import shlex
 import sys
 
-from tuner.cli.common import (add_db_arg, add_threads_arg, add_workload_args, fmt_time,
-                              print_json, threads_of, workload_of)
+from tuner.cli.common import (add_db_arg, add_input_shape_args, add_threads_arg,
+                              add_workload_args, fmt_time, print_json, threads_of, workload_of)
 
 
 def register(sub) -> None:
@@ -13,6 +13,7 @@ def register(sub) -> None:
     add_workload_args(p)
     p.add_argument("model", nargs="?", metavar="MODEL",
                    help="with KIND 'model': the model (.onnx or IR text) whose tasks to tune")
+    add_input_shape_args(p)
     p.add_argument("--opt-level", "-O", type=int, default=None, choices=range(4), metavar="N",
                    help="tune model: graph pass pipeline (default as build: 3, 2 with "
                         "--int8)")
@@ -70,10 +71,10 @@ def run(args) -> int:
         from tuner.cli.tasks_cmd import tune_model_cmd
 
         return tune_model_cmd(args)
-    if args.int8 or args.random_weights is not None:
+    if args.int8 or args.random_weights is not None or args.input_shape:
         from workloads.errors import UsageError
-        raise UsageError("--int8 and --random-weights apply to tune model (a GEMM's int8 form is "
-                         "--dtype int8 or int8w7)")
+        raise UsageError("--int8, --random-weights and --input-shape apply to tune model (a "
+                         "GEMM's int8 form is --dtype int8 or int8w7)")
     workload = workload_of(args)
     threads = threads_of(args)
     r = tune(workload, trials=args.trials, strategy=args.strategy, threads=threads,

@@ -79,25 +79,27 @@ def ort_session(model_bytes: bytes, threads: int, **options):
     return ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
 
 
-def prepare(path: str, seed: int | None):
-    """(model proto with the weights to use, IR graph of exactly that model)."""
+def prepare(path: str, seed: int | None, *, shapes=None, batch: int = 1):
+    """(model proto with the weights to use, IR graph of exactly that model; ``shapes`` and
+    ``batch`` set its symbolic input dimensions, ``tuner.frontend.onnx.load``)."""
     from tuner.frontend.onnx import from_model, read_model
     from tuner.frontend.onnx_weights import randomize
 
     model = read_model(path)
     if seed is not None:
-        model = randomize(model, seed)
+        model = randomize(model, seed, shapes=shapes, batch=batch)
     name = os.path.splitext(os.path.basename(path))[0]
-    return model, from_model(model, name=name, where=path)
+    return model, from_model(model, name=name, shapes=shapes, batch=batch, where=path)
 
 
 def verify_onnx(path: str, *, seed: int | None = None, threads: int = 1, opt_level: int | None = None,
                 input_seed: int = 0, rtol: float = RTOL, atol: float = ATOL, db: str | None = None,
-                strict: bool = False, tuned: bool = True, jobs: int | None = None) -> VerifyResult:
+                strict: bool = False, tuned: bool = True, jobs: int | None = None,
+                shapes=None, batch: int = 1) -> VerifyResult:
     from tuner.compiler.compile_model import build
     from workloads.graph.executor import random_inputs
 
-    model, graph = prepare(path, seed)
+    model, graph = prepare(path, seed, shapes=shapes, batch=batch)
     inputs = random_inputs(graph, seed=input_seed)
     sess = ort_session(model.SerializeToString(), threads)
     feed = {p.name: x for p, x in zip(graph.inputs, inputs)}

@@ -10,8 +10,10 @@ from __future__ import annotations
 import os
 
 
-def load_model(path: str):
-    """A graph from ``path``: ONNX when it ends in ``.onnx``, else the IR text form."""
+def load_model(path: str, *, shapes=None, batch: int = 1):
+    """A graph from ``path``: ONNX when it ends in ``.onnx``, else the IR text form.
+    ``shapes`` ({input name: shape}) and ``batch`` set an ONNX model's symbolic input
+    dimensions (``tuner.frontend.onnx.load``); an IR text fixes its own shapes."""
     from workloads.errors import UsageError
     from workloads.graph.graph_errors import GraphError
 
@@ -20,7 +22,9 @@ def load_model(path: str):
     if path.endswith(".onnx"):
         from tuner.frontend.onnx import load
 
-        return load(path)
+        return load(path, shapes=shapes, batch=batch)
+    if shapes or batch != 1:
+        raise UsageError(f"{path}: input shapes apply to .onnx models (an IR text fixes its own)")
     from workloads.graph.text import parse
 
     try:

@@ -12,7 +12,9 @@ top to bottom). Conventions:
 - float tensors built by ``ConstantOfShape`` stay IR ops (``constant_of_shape``) so that the
   FoldConstant pass folds them, as it folds everything computed from constants;
 - initializers that are also listed as graph inputs (opset 9 style) are constants, the graph
-  inputs are the remaining ones; a symbolic first dimension is taken as batch 1.
+  inputs are the remaining ones; a symbolic first dimension is ``batch`` (1), other symbolic
+  dimensions come from ``shapes`` (the CLI's ``--input-shape``), which may set symbolic
+  dimensions only (the model's rank and fixed sizes stay, as ONNX Runtime requires).
 
 Every problem (not a readable ONNX file, an opset before 9, an unsupported op or attribute)
 is one ``UsageError`` line naming the file, the op type and the node.
@@ -72,6 +74,13 @@ def load(path: str, *, shapes: Mapping[str, Sequence[int]] | None = None,
     model = read_model(path)
     name = os.path.splitext(os.path.basename(path))[0]
     return from_model(model, name=name, shapes=shapes, batch=batch, where=path)
+
+
+def _dim_text(d) -> str:
+    """One dimension of an ONNX shape as text: its size, or its symbolic name (? if none)."""
+    if d.HasField("dim_value") and d.dim_value > 0:
+        return str(int(d.dim_value))
+    return d.dim_param or "?"
 
 
 def opset_of(model) -> int:
@@ -164,7 +173,27 @@ class Importer:
                              f"supported (supported: {', '.join(_DTYPES.values())})")
         return arr
 
+    def given_shape(self, name: str, dims, given: Sequence[int]) -> tuple[int, ...]:
+        """An input shape the caller gives: it sets the model's symbolic dimensions, and must
+        keep its rank and fixed dimensions (ONNX Runtime refuses other shapes for them)."""
+        shape = tuple(int(d) for d in given)
+        model = [_dim_text(d) for d in dims]
+        if len(shape) != len(model) or any(n < 1 for n in shape) or any(
+                m.isdigit() and int(m) != n for m, n in zip(model, shape)):
+            raise UsageError(f"{self.where}: input {name!r} is {'x'.join(model)} in the model; "
+                             f"{'x'.join(map(str, shape))} does not fit it (a given shape sets "
+                             "the symbolic dimensions)")
+        return shape
+
     def add_inputs(self, shapes: Mapping[str, Sequence[int]], batch: int) -> None:
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise UsageError(f"batch must be a positive integer, got {batch!r}")
+        batched = False
+        names = {vi.name for vi in self.model.graph.input if vi.name not in self.consts}
+        unknown = [n for n in shapes if n not in names]
+        if unknown:
+            raise UsageError(f"{self.where}: no graph input named {unknown[0]!r} (inputs: "
+                             f"{', '.join(sorted(names))})")
         for vi in self.model.graph.input:
             if vi.name in self.consts:
                 continue
@@ -173,7 +202,7 @@ class Importer:
                 raise UsageError(f"{self.where}: input {vi.name!r} is not a tensor")
             dtype = elem_dtype(tt.elem_type, f"{self.where}: input {vi.name!r}")
             if vi.name in shapes:
-                shape = tuple(int(d) for d in shapes[vi.name])
+                shape = self.given_shape(vi.name, tt.shape.dim, shapes[vi.name])
             else:
                 shape = []
                 for k, d in enumerate(tt.shape.dim):
@@ -181,13 +210,15 @@ class Importer:
                         shape.append(int(d.dim_value))
                     elif k == 0:
                         shape.append(int(batch))
+                        batched = True
                     else:
                         raise UsageError(f"{self.where}: input {vi.name!r} has symbolic dimension "
-                                         f"{k} ({d.dim_param or '?'}); give its shape")
+                                         f"{k} ({d.dim_param or '?'}); give its shape (--input-shape "
+                                         f"{vi.name}={'x'.join(_dim_text(e) for e in tt.shape.dim)})")
             self.values[vi.name] = self.b.input(vi.name, tuple(shape), dtype).name
-        for name in shapes:
-            if name not in self.values:
-                raise UsageError(f"{self.where}: no graph input named {name!r}")
+        if batch != 1 and not batched:
+            raise UsageError(f"{self.where}: batch {batch}: no input left with a symbolic first "
+                             "dimension (the model fixes its batch)")
 
     # -- values --------------------------------------------------------------------------
     def has(self, name: str) -> bool:

@@ -51,8 +51,10 @@ def _role(consumers: list[tuple], shape: tuple) -> tuple[str, float]:
     return "uniform", 0.0
 
 
-def randomize(model, seed: int):
-    """A copy of ``model`` with seeded random float weights (see the module docstring)."""
+def randomize(model, seed: int, *, shapes=None, batch: int = 1):
+    """A copy of ``model`` with seeded random float weights (see the module docstring);
+    ``shapes``/``batch``: its symbolic input dimensions for the calibration pass
+    (``tuner.frontend.onnx.load``)."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -127,11 +129,11 @@ def randomize(model, seed: int):
         live_in = [i for i in g.input if i.name not in dead]
         del g.input[:]
         g.input.extend(live_in)
-    calibrate(m, seed)
+    calibrate(m, seed, shapes=shapes, batch=batch)
     return m
 
 
-def calibrate(model, seed: int) -> None:
+def calibrate(model, seed: int, *, shapes=None, batch: int = 1) -> None:
     """On a seeded standard-normal input, in topological order (initializers changed in
     place): scale each Conv/Gemm/MatMul weight so its layer's output has unit std; set each
     BatchNormalization mean/var to the per-channel statistics of its input."""
@@ -141,7 +143,7 @@ def calibrate(model, seed: int) -> None:
     from workloads.graph.executor import bind_inputs, evaluate
     from workloads.graph.executor import random_inputs
 
-    graph, values = import_model(model, name="calibrate")
+    graph, values = import_model(model, name="calibrate", shapes=shapes, batch=batch)
     onnx_name = {ir: ox for ox, ir in values.items()}
     inits = {t.name: t for t in model.graph.initializer}
     env = bind_inputs(graph, random_inputs(graph, seed=seed + 1))
