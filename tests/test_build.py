@@ -425,6 +425,46 @@ def test_nhwc_concatenations_are_written_in_place_by_their_producers(tmp_path, t
         np.testing.assert_allclose(got, execute(g, x)[0], rtol=1e-4, atol=1e-4)
 
 
+def test_an_in_place_concatenation_compiles_no_kernel_and_copies_if_a_producer_fails(
+        tmp_path, monkeypatch):
+    """The concatenation its producers write in place is planned before anything compiles and
+    its own kernel is not sent to the compile workers; where a producer's compile fails after
+    all (NumPy fallback, which cannot write a channel slot) the concatenation copies, its
+    kernel compiled in the building process, and the outputs stay right."""
+    from tuner.compiler import compile_model as cm
+
+    g = _branches()
+    db = f"sqlite:///{tmp_path / 't.db'}"
+    real = cm._compile_in_workers
+    sent: list = []
+
+    def spy(kernels, *args, **kwargs):
+        sent.extend(k.node.name for k in kernels)
+        return real(kernels, *args, **kwargs)
+
+    monkeypatch.setattr(cm, "_compile_in_workers", spy)
+    m = tuner.build(g, threads=1, db=db)
+    (view,) = [s for s in m.steps if "concatenate" in s.label and s.source == "view"]
+    (copied,) = [s for s in m.steps if "concatenate" in s.label and s.source != "view"]
+    assert view.name not in sent and copied.name in sent
+    producers = {s.name for s in m.steps if s.out is not None}
+
+    def failing(kernels, *args, **kwargs):
+        replies = real(kernels, *args, **kwargs)
+        for k in kernels:
+            if k.node.name in producers:
+                replies[k.path] = {"status": "COMPILE_ERROR", "error": "injected"}
+        return replies
+
+    monkeypatch.setattr(cm, "_compile_in_workers", failing)
+    broken = tuner.build(g, threads=1, db=db)
+    steps = {s.name: s for s in broken.steps}
+    assert all(steps[p].source == "numpy" for p in producers)
+    assert steps[view.name].source not in ("view", "numpy") and steps[view.name].fn is not None
+    x = random_inputs(g, seed=0)
+    np.testing.assert_allclose(broken.run(x)[0], execute(g, x)[0], rtol=1e-4, atol=1e-4)
+
+
 def test_padded_images_are_written_in_place_by_their_producers(tmp_path):
     """A direct conv whose image another direct conv computes for it alone gets that image
     zero-padded from its producer (``tuner.compiler.handoff``): no ``pad_image`` copy per

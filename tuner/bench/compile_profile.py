@@ -93,15 +93,13 @@ def profile(path: str, threads: int = 1) -> list[dict]:
     numba.core.config.reload_config()
     from numba.core import event
 
-    from tuner.compiler.compile_model import (build_request, mark_prepared_only, pipeline,
-                                              plan_groups)
+    from tuner.compiler.compile_model import build_request, compiled_kernels, pipeline
     from tuner.frontend import load_model
     from tuner.measure.kernel_key import import_kernel_module
     from tuner.measure.worker import build as compile_request
 
     g = pipeline(load_model(path))   # the default level, as `build` runs it
-    _groups, kernels, *_ = plan_groups(g, threads=threads, store=None, tuned=False)
-    mark_prepared_only(g, kernels)   # as `build` does: what it compiles
+    kernels = compiled_kernels(g, threads=threads, tuned=False)   # what `build` compiles
     todo: dict[tuple, object] = {}
     for k in kernels.values():
         if k.path is None:

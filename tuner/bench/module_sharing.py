@@ -16,11 +16,11 @@ from collections import defaultdict
 def count(path: str, threads: int = 1) -> dict:
     """{template: (kernels, distinct modules, distinct compiled signatures)} for one model,
     plus the totals under ``"all"``."""
-    from tuner.compiler.compile_model import pipeline, plan_groups
+    from tuner.compiler.compile_model import compiled_kernels, pipeline
     from tuner.frontend import load_model
 
     g = pipeline(load_model(path))  # the default level, as `build` runs it
-    _groups, kernels, *_ = plan_groups(g, threads=threads, store=None, tuned=False)
+    kernels = compiled_kernels(g, threads=threads, tuned=False)   # what `build` compiles
     per: dict[str, list[set | int]] = defaultdict(lambda: [0, set(), set()])
     for k in kernels.values():
         if k.path is None:

@@ -216,6 +216,42 @@ def _cached_stems(cache: Path) -> set[str]:
     return out
 
 
+def _aliases(groups, kinds: dict, slots: dict) -> dict[str, str]:
+    """Value -> the value whose buffer it is part of: views, and the inputs of flat in-place
+    concatenations (``classify_groups``)."""
+    alias = {n.name: n.inputs[0] for n in groups if kinds[n.name] == "view"}
+    alias.update({v: c for v, (c, _) in slots.items()})
+    return alias
+
+
+def _planned_in_place(g: Graph, groups, kernels: dict, kinds: dict, alias: dict,
+                      handoff: bool = True, inplace_concat: bool = True) -> set[str]:
+    """The NHWC concatenations their producers will write in place, as planned: they need no
+    kernel of their own, so none is compiled (a producer whose compile fails makes its
+    concatenation copy after all; that kernel then compiles in the building process when
+    first called)."""
+    chans = _placements(groups, kernels, kinds, alias, set(g.outputs), handoff, inplace_concat)[1]
+    return {s.concat for s in chans.values()}
+
+
+def compiled_kernels(g: Graph, *, threads: int, store=None, tuned: bool = True) -> dict:
+    """Group -> ``_Kernel`` for every kernel a build of the optimized graph ``g`` compiles
+    (``prepared_only`` set as the build sets it): for the compile-time benchmarks."""
+    groups, kernels, _views, kinds, slots = plan_groups(g, threads=threads, store=store, tuned=tuned)
+    mark_prepared_only(g, kernels)
+    skip = _planned_in_place(g, groups, kernels, kinds, _aliases(groups, kinds, slots))
+    return {name: k for name, k in kernels.items() if name not in skip}
+
+
+def _placements(groups, kernels: dict, kinds: dict, alias: dict, outputs: set, handoff: bool,
+                inplace_concat: bool) -> tuple[dict, dict]:
+    """(padded hand-offs, NHWC channel slots) of the planned kernels (``tuner.compiler.handoff``)."""
+    handoffs = find_handoffs(groups, kernels, kinds, alias, outputs) if handoff else {}
+    chans = (find_channel_slots(groups, kernels, kinds, alias, outputs, handoffs)
+             if inplace_concat else {})
+    return handoffs, chans
+
+
 def build_request(k: _Kernel) -> dict:
     """The build worker's request compiling kernel ``k`` (``tuner.measure.worker.build``)."""
     from search_spaces.template import prepared_inputs
@@ -364,8 +400,13 @@ def build(graph: Graph, *, opt_level: int | None = None, threads: int = 1, db: s
                                                        inplace_concat=inplace_concat)
 
     mark_prepared_only(g, kernels)
+    types = {n.name: n.type for n in g.nodes}
+    order = [(n.name, tuple(n.inputs)) for n in groups]
+    alias = _aliases(groups, kinds, slots)
+    in_place = _planned_in_place(g, groups, kernels, kinds, alias, handoff, inplace_concat)
     t_compile = time.perf_counter()
-    replies = _compile_in_workers(list(kernels.values()), jobs or usable_cores(), threads, cache)
+    replies = _compile_in_workers([k for name, k in kernels.items() if name not in in_place],
+                                  jobs or usable_cores(), threads, cache)
     for k in kernels.values():
         r = replies.get(k.path) if k.path is not None else None
         if r is not None and r.get("status") != "OK":
@@ -373,23 +414,23 @@ def build(graph: Graph, *, opt_level: int | None = None, threads: int = 1, db: s
                                         f"{_one_line(Exception(r.get('error', '')))}"
 
     fns = {}   # group -> its compiled kernel (runtime arguments bound), loaded here
-    for group, k in kernels.items():
-        if k.source != "numpy":
-            try:
-                fns[group] = load_kernel(k.workload, k.template, k.config)
-            except Exception as exc:  # noqa: BLE001 - visible NumPy fallback
-                k.source, k.note = "numpy", f"load failed: {_one_line(exc)}"
+
+    def load(groups_to_load) -> None:
+        for group in groups_to_load:
+            k = kernels[group]
+            if k.source != "numpy":
+                try:
+                    fns[group] = load_kernel(k.workload, k.template, k.config)
+                except Exception as exc:  # noqa: BLE001 - visible NumPy fallback
+                    k.source, k.note = "numpy", f"load failed: {_one_line(exc)}"
+    load([group for group in kernels if group not in in_place])
 
     # Memory plan over the values the steps write; a padded hand-off's value has a buffer
-    # of its own (its border stays zero).
-    types = {n.name: n.type for n in g.nodes}
-    order = [(n.name, tuple(n.inputs)) for n in groups]
-    alias = {n.name: n.inputs[0] for n in groups if kinds[n.name] == "view"}
-    alias.update({v: c for v, (c, _) in slots.items()})
-    handoffs = find_handoffs(groups, kernels, kinds, alias, set(g.outputs)) if handoff else {}
-    # NHWC concatenations over channels whose producers write their channels in place
-    chans = (find_channel_slots(groups, kernels, kinds, alias, set(g.outputs), handoffs)
-             if inplace_concat else {})
+    # of its own (its border stays zero). NHWC concatenations over channels whose producers
+    # (as compiled) write their channels in place.
+    handoffs, chans = _placements(groups, kernels, kinds, alias, set(g.outputs), handoff,
+                                  inplace_concat)
+    load(sorted(in_place - {s.concat for s in chans.values()}))   # copies after all
     views = views | {s.concat for s in chans.values()}
     for s in chans.values():
         kinds[s.concat] = "concat"
