@@ -67,6 +67,27 @@ def test_bad_arguments_are_one_usage_error_before_anything_is_recorded(tmp_path,
     assert not db_file.exists()
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    ({"threads": 0}, "threads=0: this machine allows"),
+    ({"threads": "2"}, "threads='2': this machine allows"),
+    ({"opt_level": 7}, "opt_level must be 0..3"),
+    ({"layout": "NCWH"}, "layout must be NHWC or NCHW"),
+    ({"jobs": 0}, "jobs must be a positive integer"),
+])
+def test_build_refuses_bad_options_before_anything_compiles(tmp_path, kwargs, message):
+    """``tuner.build``'s options are checked up front: one UsageError each (a threads string
+    was a TypeError, a bad layout a pass failure, jobs=0 the default)."""
+    graph = str(Path(__file__).resolve().parents[1] / "workloads" / "graphs" / "conv_block.txt")
+    with pytest.raises(UsageError, match=message):
+        tuner.build(graph, db=f"sqlite:///{tmp_path / 'b.db'}", **kwargs)
+
+
+def test_int8_options_are_part_of_the_api():
+    from tuner.quant.flow import Int8Options
+
+    assert tuner.Int8Options is Int8Options
+
+
 @pytest.mark.parametrize("spec, message", [
     ("gemm", "not a workload spec"), ("gemm:16x16", "MxNxK"), ("nosuch:1x2", "unknown workload kind"),
     (42, "not int"), ("conv2d:3x3", "has no short spec"),

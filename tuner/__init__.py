@@ -5,6 +5,7 @@ The Python API (``tuner.api``; imported lazily so ``import tuner`` stays cheap):
     tuner.tune(workload_or_spec, ...)  -> TuneResult   search, record, return the best
     tuner.tune_model(graph_or_path, ...) -> dict       tune every task of a model
     tuner.build(graph_or_path, ...)       -> Module       a model with the best records applied
+                                                        (int8=True or tuner.Int8Options(...))
     tuner.gemm(A, B)                   -> C            dispatch: best record or loud fallback
     tuner.kernel(workload_or_spec)     -> Kernel       any workload's kernel, dispatched the same way
     tuner.open_db(url)                 -> Records      query the records
@@ -22,6 +23,7 @@ _API = {
     "ConfigSpace": "search_spaces.space", "Constraint": "search_spaces.space", "Workload": "workloads.workload",
     "Template": "search_spaces.template", "Config": "search_spaces.space",
     "TunerError": "workloads.errors", "UsageError": "workloads.errors",
+    "Int8Options": "tuner.quant.flow",
 }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import numbers
 import platform
 import sys
 import time
@@ -131,9 +132,9 @@ def thread_count(threads: int | None, label: str = "threads=") -> int:
     from workloads.errors import UsageError
 
     n = usable_cores() if threads is None else threads
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1 or n > usable_cores():
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1 or n > usable_cores():
         raise UsageError(f"{label}{n!r}: this machine allows 1..{usable_cores()}")
-    return n
+    return int(n)
 
 
 def busy_cpus(interval: float = 0.3) -> float | None:

@@ -377,11 +377,14 @@ def build(graph: Graph, *, opt_level: int | None = None, threads: int = 1, db: s
     """
     from search_spaces.template import bind_runtime_args
     from tuner.dispatch import load_kernel, open_store
-    from tuner.target import usable_cores
+    from tuner.target import thread_count, usable_cores
 
     t_start = time.perf_counter()
-    if threads < 1 or threads > usable_cores():
-        raise UsageError(f"threads={threads}: this machine allows 1..{usable_cores()}")
+    threads = thread_count(threads, "threads=")
+    if layout not in ("NHWC", "NCHW"):
+        raise UsageError(f"layout must be NHWC or NCHW, got {layout!r}")
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise UsageError(f"jobs must be a positive integer (compile processes), got {jobs!r}")
     name = name or graph.name
     opt_level = default_opt_level(graph, opt_level, bool(int8))
     qrun = None
