@@ -69,6 +69,9 @@ BAD_COMMANDS = [
     ["show", "gemm", "--shape", "8x8x8", "--config", "{\"no_such_knob\": 1}"],
     ["run", "gemm", "--shape", "8x8x8", "--strict"],
     ["db", "history", "--workload", "8xx8"],
+    ["db", "history", "--limit", "-1"],                      # was rows[1:]: all but the first
+    ["bench", "ladder", "--shape", "8x8x8", "--tune-trials", "-1"],
+    ["bench", "int8", "--shapes", "8x8x8", "--tune-trials", "-2"],
 ]
 
 

@@ -420,6 +420,7 @@ def test_cli_model_commands_take_input_shapes(tmp_path):
     p = tuner("tasks", path, "--threads", "1", "--input-shape", "x=1x3x12x12", env=env)
     assert p.returncode == 0 and "1x12x12x3" in p.stdout, p.stdout + p.stderr
     assert_one_line_error(tuner("build", path, env=env))                   # H and W unknown
+    assert_one_line_error(tuner("verify", path, "--input-shape", "x=1x3x4x4", "--rtol", "-1", env=env))
     for bad in ("x2x3", "x=1x3x0x4", "x=1x3xax4", "x=1x5x8x8"):
         assert_one_line_error(tuner("build", path, "--input-shape", bad, env=env))
     text = str(Path(__file__).resolve().parents[1] / "workloads" / "graphs" / "conv_block.txt")

@@ -177,11 +177,13 @@ def _save_json(args, kind: str, data: dict, table: str) -> int:
 def _mopts(args):
     from tuner.measure.measurer import MeasureOptions
 
+    from workloads.errors import UsageError
+
     placements = getattr(args, "placements", MeasureOptions.placements)   # compare: default
     if placements < 1:
-        from workloads.errors import UsageError
-
         raise UsageError(f"--placements must be >= 1, got {placements}")
+    if getattr(args, "tune_trials", 0) < 0:
+        raise UsageError(f"--tune-trials must be >= 0 (0: no tuning), got {args.tune_trials}")
     return MeasureOptions(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, max_time_s=10.0,
                           placements=placements)
 
@@ -308,6 +310,8 @@ def run_int8(args) -> int:
         raise UsageError(f"--threads {max(threads)}: this machine allows 1..{usable_cores()}")
     if args.rounds < 1 or args.repeat < 1:
         raise UsageError("--rounds and --repeat must be >= 1")
+    if args.tune_trials < 0:
+        raise UsageError(f"--tune-trials must be >= 0 (0: no tuning), got {args.tune_trials}")
     data = bench_int8(shapes, dtypes, threads, open_store(args), args.tune_trials, args.strategy,
                       args.rounds, args.repeat, args.min_repeat_ms)
     return _save_json(args, "int8", data, table_markdown(data))

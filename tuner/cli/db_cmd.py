@@ -90,6 +90,10 @@ def _guard(b) -> str:
 
 
 def cmd_history(args) -> int:
+    from workloads.errors import UsageError
+
+    if args.limit < 0:
+        raise UsageError(f"--limit must be >= 0 (0: all), got {args.limit}")
     rows = open_store(args, create=False).trials(workload_key=_workload_key(args.workload),
                                    target_key=args.target, threads=args.threads, status=args.status)
     if args.limit:

@@ -89,6 +89,8 @@ def run_verify(args) -> int:
     from tuner.cli.common import input_shapes, print_json, threads_of
     from workloads.errors import UsageError
 
+    if not (args.rtol >= 0 and args.atol >= 0):
+        raise UsageError(f"--rtol and --atol must be >= 0, got {args.rtol:g} and {args.atol:g}")
     if args.int8:
         return run_verify_int8(args)
 
