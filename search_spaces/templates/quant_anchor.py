@@ -201,7 +201,9 @@ class QuantAnchorTemplate(Template):
             # acc + corr is exact even if a partial sum wrapped; int32 keeps the loop vectorizable
             body += self.store_lines(w, epi, stmts, store, flat, row_lines, par)
         kparams = ", ".join([f"p{k}" for k in kept] + ["BP", "corr"])
-        kern = [f"@numba.njit(cache=True{', parallel=True' if par else ''})",
+        # parallel only where this function holds the prange (the epilogue rows); with the
+        # requantize in the registers the block loop of ``gemm`` is the parallel one
+        kern = [f"@numba.njit(cache=True{', parallel=True' if par and not in_registers else ''})",
                 f"def {self.kernel_name}({kparams}, out):",
                 '    """The kernel on prepared operands (BP, corr from ``prepare``); every element',
                 '    of out is written."""'] + ["    " + ln for ln in body]
