@@ -400,6 +400,12 @@ def test_symbolic_input_dimensions_take_the_given_shape_and_nothing_else():
             from_model(model, shapes={"x": bad})
     with pytest.raises(UsageError, match=r"no graph input named 'y' \(inputs: x\)"):
         from_model(model, shapes={"x": (1, 3, 4, 4), "y": (1, 4, 4, 4)})
+    untyped = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "u",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]),
+        opset_imports=[helper.make_opsetid("", 13)])
+    assert from_model(untyped, shapes={"x": (2, 3)}).inputs[0].type.shape == (2, 3)  # no shape declared
     fixed = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": rand(1, 4)}, ["y"])
     assert from_model(fixed, batch=1).inputs[0].type.shape == (1, 4)
     with pytest.raises(UsageError, match="no input left with a symbolic first dimension"):

@@ -175,8 +175,11 @@ class Importer:
 
     def given_shape(self, name: str, dims, given: Sequence[int]) -> tuple[int, ...]:
         """An input shape the caller gives: it sets the model's symbolic dimensions, and must
-        keep its rank and fixed dimensions (ONNX Runtime refuses other shapes for them)."""
+        keep its rank and fixed dimensions (ONNX Runtime refuses other shapes for them); any
+        shape where the model declares none (``dims`` None)."""
         shape = tuple(int(d) for d in given)
+        if dims is None:
+            return shape
         model = [_dim_text(d) for d in dims]
         if len(shape) != len(model) or any(n < 1 for n in shape) or any(
                 m.isdigit() and int(m) != n for m, n in zip(model, shape)):
@@ -202,7 +205,8 @@ class Importer:
                 raise UsageError(f"{self.where}: input {vi.name!r} is not a tensor")
             dtype = elem_dtype(tt.elem_type, f"{self.where}: input {vi.name!r}")
             if vi.name in shapes:
-                shape = self.given_shape(vi.name, tt.shape.dim, shapes[vi.name])
+                shape = self.given_shape(vi.name, tt.shape.dim if tt.HasField("shape") else None,
+                                         shapes[vi.name])
             else:
                 shape = []
                 for k, d in enumerate(tt.shape.dim):
