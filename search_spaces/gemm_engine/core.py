@@ -476,22 +476,16 @@ def _pointwise_body(mr: int, nv: int, vec: int, b_ps: str, acc, pf_step=()) -> l
 
 def prepack_source() -> list[str]:
     """prepare(pw): an HWIO weight [KH, KW, CI, O] (or any [..., O] whose leading axes are
-    K) as whole-K NR-column panels, the B source ``prepacked`` (once per weight)."""
-    return ["@numba.njit(cache=True)", "def prepare(pw):",
+    K) as whole-K NR-column panels, the B source ``prepacked`` (once per weight). A plain
+    Python function around the shared ``search_spaces.runtime.packing.pack_panels``: the
+    packing compiles once per process, not in every module."""
+    return ["def prepare(pw):",
             '    """The weight as the kernel reads it: BP[(q * K + k) * NR + c] = W[k, q * NR + c],',
             '    zeros past the last column. Called once per weight by a build."""',
-            "    n = pw.shape[-1]",
-            "    k_all = pw.size // n",
-            "    Wt = pw.reshape(-1)",
-            "    panels = (n + NR - 1) // NR",
-            "    BP = empty_aligned(panels * k_all * NR)   # whole-line vector loads of B",
-            "    BP[:] = ZERO",
-            "    for q in range(panels):",
-            "        w = min(NR, n - q * NR)",
-            "        for k in range(k_all):",
-            "            for c in range(w):",
-            "                BP[(q * k_all + k) * NR + c] = Wt[k * n + q * NR + c]",
-            "    return (BP,)"]
+            "    return (pack_panels(pw, NR),)"]
+
+
+PREPACK_IMPORT = "from search_spaces.runtime.packing import pack_panels"
 
 
 def pad_source(dims: Dims, parallel: bool = False) -> list[str]:

@@ -435,12 +435,13 @@ class Conv2dTemplate(core.ShapeGenericTemplate):
         jit = "@numba.njit(cache=True, parallel=True)" if by_group else "@numba.njit(cache=True)"
         prepacked = b_src == "prepacked"
         if prepacked:   # kernel = prepare + kernel_prepared (search_spaces/template.py)
+            head.append(core.PREPACK_IMPORT)
             parts.append(core.prepack_source())
             # kernel_prepared takes the inputs not prepared, then BP, then out (PreparedKernel)
             kept = ", ".join(f"p{k}" for k in range(n_params) if k != w_idx)
             parts.append(["@numba.njit(cache=True)", f"def {signature}:",
                           '    """Every element of out is written: the weight packed, then kernel_prepared."""',
-                          f"    BP = prepare(p{w_idx})[0]",
+                          f"    BP = pack_panels(p{w_idx}, NR)",
                           f"    kernel_prepared({kept}, BP, {rest}"])
             signature = f"kernel_prepared({kept}, BP, {rest}"
         kern = [jit, f"def {signature}:",
