@@ -412,24 +412,32 @@ def test_symbolic_input_dimensions_take_the_given_shape_and_nothing_else():
         from_model(fixed, batch=2)
 
 
-def test_cli_model_commands_take_input_shapes(tmp_path):
+def test_cli_model_commands_take_input_shapes(tmp_path, monkeypatch, capsys):
     """``--input-shape NAME=DIMS`` on build / verify / tasks: a model with symbolic dimensions
-    builds and matches ONNX Runtime; a malformed value, a shape the model refuses and an IR
-    text given a shape are one-line errors."""
-    from test_cli import assert_one_line_error, tuner
+    builds and matches ONNX Runtime (one subprocess, as a user runs it); a malformed value, a
+    shape the model refuses and an IR text given a shape are one-line errors, exit 2 (the CLI
+    called in this process: they fail before anything compiles)."""
+    from test_cli import tuner
+
+    from tuner.cli import main
 
     path = str(tmp_path / "sym.onnx")
     onnx.save(_symbolic_conv(), path)
-    env = {"TUNER_DB": f"sqlite:///{tmp_path / 't.db'}"}
-    p = tuner("verify", path, "--threads", "1", "--input-shape", "x=2x3x10x6", "--random-weights", "3", env=env)
+    db = f"sqlite:///{tmp_path / 't.db'}"
+    p = tuner("verify", path, "--threads", "1", "--input-shape", "x=2x3x10x6", "--random-weights", "3",
+              env={"TUNER_DB": db})
     assert p.returncode == 0 and "y [2, 4, 10, 6]" in p.stdout and "PASS" in p.stdout, p.stdout + p.stderr
-    p = tuner("tasks", path, "--threads", "1", "--input-shape", "x=1x3x12x12", env=env)
-    assert p.returncode == 0 and "1x12x12x3" in p.stdout, p.stdout + p.stderr
-    assert_one_line_error(tuner("build", path, env=env))                   # H and W unknown
-    assert_one_line_error(tuner("verify", path, "--input-shape", "x=1x3x4x4", "--rtol", "-1", env=env))
-    for bad in ("x2x3", "x=1x3x0x4", "x=1x3xax4", "x=1x5x8x8"):
-        assert_one_line_error(tuner("build", path, "--input-shape", bad, env=env))
+    monkeypatch.setenv("TUNER_DB", db)
+    capsys.readouterr()
+    assert main(["tasks", path, "--threads", "1", "--input-shape", "x=1x3x12x12"]) == 0
+    assert "1x12x12x3" in capsys.readouterr().out
     text = str(Path(__file__).resolve().parents[1] / "workloads" / "graphs" / "conv_block.txt")
-    p = tuner("passes", text, "--input-shape", "x=1x3x8x8")
-    assert_one_line_error(p)
-    assert "apply to .onnx models" in p.stderr
+    bad = [["build", path],                                              # H and W unknown
+           ["verify", path, "--input-shape", "x=1x3x4x4", "--rtol", "-1"],
+           *(["build", path, "--input-shape", v] for v in ("x2x3", "x=1x3x0x4", "x=1x3xax4", "x=1x5x8x8")),
+           ["passes", text, "--input-shape", "x=1x3x8x8"]]
+    for argv in bad:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error:"), (argv, err)
+    assert "apply to .onnx models" in err[0]
