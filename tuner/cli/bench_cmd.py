@@ -174,6 +174,13 @@ def _save_json(args, kind: str, data: dict, table: str) -> int:
     return 0
 
 
+def _check_tune_trials(args) -> None:
+    from workloads.errors import UsageError
+
+    if getattr(args, "tune_trials", 0) < 0:
+        raise UsageError(f"--tune-trials must be >= 0 (0: no tuning), got {args.tune_trials}")
+
+
 def _mopts(args):
     from tuner.measure.measurer import MeasureOptions
 
@@ -182,8 +189,7 @@ def _mopts(args):
     placements = getattr(args, "placements", MeasureOptions.placements)   # compare: default
     if placements < 1:
         raise UsageError(f"--placements must be >= 1, got {placements}")
-    if getattr(args, "tune_trials", 0) < 0:
-        raise UsageError(f"--tune-trials must be >= 0 (0: no tuning), got {args.tune_trials}")
+    _check_tune_trials(args)
     return MeasureOptions(repeat=args.repeat, min_repeat_ms=args.min_repeat_ms, max_time_s=10.0,
                           placements=placements)
 
@@ -310,8 +316,7 @@ def run_int8(args) -> int:
         raise UsageError(f"--threads {max(threads)}: this machine allows 1..{usable_cores()}")
     if args.rounds < 1 or args.repeat < 1:
         raise UsageError("--rounds and --repeat must be >= 1")
-    if args.tune_trials < 0:
-        raise UsageError(f"--tune-trials must be >= 0 (0: no tuning), got {args.tune_trials}")
+    _check_tune_trials(args)
     data = bench_int8(shapes, dtypes, threads, open_store(args), args.tune_trials, args.strategy,
                       args.rounds, args.repeat, args.min_repeat_ms)
     return _save_json(args, "int8", data, table_markdown(data))

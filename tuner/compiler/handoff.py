@@ -74,15 +74,21 @@ def _placeable(k) -> bool:
     return set(d.lower() for d in HANDOFF_DIMS) <= set(k.template.runtime_arg_names(pw, k.config))
 
 
+def _readers(groups) -> dict[str, list[str]]:
+    """Value -> the groups reading it (each once)."""
+    readers: dict[str, list[str]] = {}
+    for n in groups:
+        for v in set(n.inputs):
+            readers.setdefault(v, []).append(n.name)
+    return readers
+
+
 def find_handoffs(groups, kernels: dict, kinds: dict, alias: dict, outputs) -> dict[str, Handoff]:
     """The values a producer can write into its consumer's padded image (see the module
     docstring): both direct convs, the value read by that consumer alone (not a graph output,
     no view or in-place concat into it), same shape, and a producer epilogue whose operands
     are not broadcast to the output's shape (``general``: sized by the output array)."""
-    readers: dict[str, list[str]] = {}
-    for n in groups:
-        for v in set(n.inputs):
-            readers.setdefault(v, []).append(n.name)
+    readers = _readers(groups)
     viewed = set(alias.values())
     out: dict[str, Handoff] = {}
     for node in groups:
@@ -140,10 +146,7 @@ def find_channel_slots(groups, kernels: dict, kinds: dict, alias: dict, outputs,
     group that is one ``concatenate`` on the last axis of 4-D values, every input computed by
     a direct conv (``_placeable``) of the same dtype, read by that concatenation alone, not a
     graph output, a view or a hand-off. Value -> its slot."""
-    readers: dict[str, list[str]] = {}
-    for n in groups:
-        for v in set(n.inputs):
-            readers.setdefault(v, []).append(n.name)
+    readers = _readers(groups)
     viewed = set(alias.values()) | set(alias)
     out: dict[str, ChannelSlot] = {}
     for node in groups:
